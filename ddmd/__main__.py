@@ -1,0 +1,5 @@
+"""`python -m ddmd` -> cli.main(). Nothing else."""
+
+from ddmd.cli import main
+
+main()
