@@ -1,0 +1,150 @@
+"""The errors ddmd raises across module boundaries.
+
+Layer: imported by everything above `protocol/` (config, vm, debugger, listeners, control, daemon, cli);
+imports nothing from ddmd. The sans-IO core has its own tree in `ddmd.protocol.errors`.
+
+Catch by meaning, as with httpx's exceptions::
+
+    DdmdError                 anything ddmd reports to its user
+    ├── ConfigError           a config file or setting is wrong: names the file, the key and the value
+    ├── PortInUse             a listening port is taken: names the port and the config key to change
+    ├── VmGone                the VM went away while something was waiting on it
+    ├── DebuggerRejected      a debugger connection was refused, with the reason
+    ├── DaemonNotRunning      a CLI client found no daemon at the control address
+    └── TargetError           a CLI target (pid, name, port) matched no VM, or several
+
+Edges translate them: the CLI prints one line and picks an exit code, the control API answers with an
+HTTP status and a JSON `error`, the supervisor logs `vm.crashed`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DaemonNotRunning",
+    "DdmdError",
+    "DebuggerRejected",
+    "PortInUse",
+    "TargetError",
+    "VmGone",
+]
+
+# Reprs longer than this are cut in messages: a whole table pasted into one line helps nobody.
+_MAX_VALUE_REPR = 80
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    if len(text) > _MAX_VALUE_REPR:
+        text = text[: _MAX_VALUE_REPR - 3] + "..."
+    return text
+
+
+def format_key(key: str) -> str:
+    """Show a dotted config key the way it is written in TOML: "debugger.ports" -> "[debugger] ports"."""
+    section, dot, name = key.partition(".")
+    return f"[{section}] {name}" if dot else f"[{section}]"
+
+
+class DdmdError(Exception):
+    """Base class of every error ddmd reports to its user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(DdmdError):
+    """A config file or setting is wrong.
+
+    `path` is the file (or another source such as "<defaults>"), `key` the dotted key
+    ("scan.ports"; a bare section name for section-level problems), `value` the offending value as read.
+    None means "not known" for each of them. str() reads like
+    ``config.toml: [scan] ports = '9000-8000': start port is above end port``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        key: str | None = None,
+        value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+        self.value = value
+
+    def __str__(self) -> str:
+        parts = []
+        if self.path is not None:
+            parts.append(self.path)
+        if self.key is not None:
+            where = format_key(self.key)
+            if self.value is not None:
+                where += f" = {_short_repr(self.value)}"
+            parts.append(where)
+        elif self.value is not None:
+            parts.append(_short_repr(self.value))
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+class PortInUse(DdmdError):
+    """A port ddmd must listen on is already taken by another program."""
+
+    def __init__(self, port: int, key: str, host: str | None = None) -> None:
+        where = f"{host} port {port}" if host else f"port {port}"
+        super().__init__(
+            f"{where} is already in use by another program; "
+            f"set {format_key(key)} in the config file to a free port"
+        )
+        self.port = port
+        self.key = key
+        self.host = host
+
+
+class VmGone(DdmdError):
+    """The VM went away (connection closed, process died) while a request or debugger waited on it."""
+
+    def __init__(self, message: str = "the VM is gone", *, vm: str | None = None) -> None:
+        super().__init__(f"vm={vm}: {message}" if vm is not None else message)
+        self.vm = vm
+
+
+class DebuggerRejected(DdmdError):
+    """A debugger connection was refused; `reason` says why, so the log can tell the user."""
+
+    def __init__(self, reason: str, *, vm: str | None = None, port: int | None = None) -> None:
+        where = []
+        if vm is not None:
+            where.append(f"vm={vm}")
+        if port is not None:
+            where.append(f"port={port}")
+        prefix = " ".join(where)
+        super().__init__(f"debugger rejected ({prefix}): {reason}" if prefix else reason)
+        self.reason = reason
+        self.vm = vm
+        self.port = port
+
+
+class DaemonNotRunning(DdmdError):
+    """No ddmd daemon answered at the control address."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(f"no ddmd daemon answers at {address}; start one with `ddmd run`")
+        self.address = address
+
+
+class TargetError(DdmdError):
+    """A target given on the command line matched no VM, or more than one (`candidates`)."""
+
+    def __init__(self, message: str, *, candidates: tuple[str, ...] = ()) -> None:
+        if candidates:
+            message = f"{message} (candidates: {', '.join(candidates)})"
+        super().__init__(message)
+        self.candidates = candidates
