@@ -1,49 +1,67 @@
 """The errors ddmd raises across module boundaries.
 
-Layer: imported by everything above `protocol/` (config, vm, debugger, listeners, control, daemon, cli);
-imports nothing from ddmd. The sans-IO core has its own tree in `ddmd.protocol.errors`.
+Layer: imported by everything above `protocol/` (config, vm, debugger, listeners, control, daemon,
+cli); imports nothing from ddmd. The sans-IO core has its own tree in `ddmd.protocol.errors`.
 
 Catch by meaning, as with httpx's exceptions::
 
     DdmdError                 anything ddmd reports to its user
-    ├── ConfigError           a config file or setting is wrong: names the file, the key and the value
+    ├── ConfigError           a config file or setting is wrong: names file, key and value
     ├── PortInUse             a listening port is taken: names the port and the config key to change
-    ├── VmGone                the VM went away while something was waiting on it
+    ├── VmRequestError        something asked of a VM produced no usable answer
+    │   ├── VmGone            the VM went away while something was waiting on it
+    │   ├── FeatureUnsupported  the VM does not speak DDM, or lacks this handler
+    │   ├── RequestTimedOut   the VM did not answer in time
+    │   └── DdmFailed         the VM answered with a DDM FAIL chunk or a malformed reply
     ├── DebuggerRejected      a debugger connection was refused, with the reason
     ├── DaemonNotRunning      a CLI client found no daemon at the control address
     └── TargetError           a CLI target (pid, name, port) matched no VM, or several
 
-Edges translate them: the CLI prints one line and picks an exit code, the control API answers with an
-HTTP status and a JSON `error`, the supervisor logs `vm.crashed`.
+Edges translate them: the CLI prints one line and picks an exit code, the control API answers
+with an HTTP status and a JSON `error`, the supervisor logs `vm.crashed`.
 """
 
 from __future__ import annotations
 
+import json
+import re
+
 __all__ = [
     "ConfigError",
     "DaemonNotRunning",
+    "DdmFailed",
     "DdmdError",
     "DebuggerRejected",
+    "FeatureUnsupported",
     "PortInUse",
+    "RequestTimedOut",
     "TargetError",
     "VmGone",
+    "VmRequestError",
 ]
 
 # Reprs longer than this are cut in messages: a whole table pasted into one line helps nobody.
 _MAX_VALUE_REPR = 80
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
 
 
 def _short_repr(value: object) -> str:
-    text = repr(value)
+    # Booleans as TOML writes them; everything else as Python's repr (strings in single quotes).
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     if len(text) > _MAX_VALUE_REPR:
         text = text[: _MAX_VALUE_REPR - 3] + "..."
     return text
 
 
+def _toml_key(name: str) -> str:
+    # A bare TOML key as it is; anything else quoted, so a stray newline or space stays visible.
+    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+
+
 def format_key(key: str) -> str:
-    """Show a dotted config key the way it is written in TOML: "debugger.ports" -> "[debugger] ports"."""
+    """Show a dotted config key as TOML has it: "debugger.ports" -> "[debugger] ports"."""
     section, dot, name = key.partition(".")
-    return f"[{section}] {name}" if dot else f"[{section}]"
+    return f"[{_toml_key(section)}] {_toml_key(name)}" if dot else f"[{_toml_key(section)}]"
 
 
 class DdmdError(Exception):
@@ -60,8 +78,8 @@ class DdmdError(Exception):
 class ConfigError(DdmdError):
     """A config file or setting is wrong.
 
-    `path` is the file (or another source such as "<defaults>"), `key` the dotted key
-    ("scan.ports"; a bare section name for section-level problems), `value` the offending value as read.
+    `path` is the file (or another source such as "<defaults>"), `key` the dotted key ("scan.ports";
+    a bare section name for section-level problems), `value` the offending value as read.
     None means "not known" for each of them. str() reads like
     ``config.toml: [scan] ports = '9000-8000': start port is above end port``.
     """
@@ -95,25 +113,46 @@ class ConfigError(DdmdError):
 
 
 class PortInUse(DdmdError):
-    """A port ddmd must listen on is already taken by another program."""
+    """A port ddmd must listen on is already taken by another program.
+
+    `key` is the dotted config key to change ("debugger.current_port"); a key already written as
+    "[debugger] current_port" is shown as it is.
+    """
 
     def __init__(self, port: int, key: str, host: str | None = None) -> None:
         where = f"{host} port {port}" if host else f"port {port}"
+        shown = key if key.startswith("[") else format_key(key)
         super().__init__(
             f"{where} is already in use by another program; "
-            f"set {format_key(key)} in the config file to a free port"
+            f"set {shown} in the config file to a free port"
         )
         self.port = port
         self.key = key
         self.host = host
 
 
-class VmGone(DdmdError):
-    """The VM went away (connection closed, process died) while a request or debugger waited on it."""
+class VmRequestError(DdmdError):
+    """Something asked of a VM produced no usable answer; the subclasses say why."""
+
+
+class VmGone(VmRequestError):
+    """The VM went away (connection closed, process died) while something waited on it."""
 
     def __init__(self, message: str = "the VM is gone", *, vm: str | None = None) -> None:
         super().__init__(f"vm={vm}: {message}" if vm is not None else message)
         self.vm = vm
+
+
+class FeatureUnsupported(VmRequestError):
+    """The VM cannot do this: it does not speak DDM, or it has no handler for the request."""
+
+
+class RequestTimedOut(VmRequestError):
+    """The VM did not answer within the configured timeout."""
+
+
+class DdmFailed(VmRequestError):
+    """The VM refused a DDM request (a FAIL chunk) or answered with something malformed."""
 
 
 class DebuggerRejected(DdmdError):
@@ -144,7 +183,10 @@ class TargetError(DdmdError):
     """A target given on the command line matched no VM, or more than one (`candidates`)."""
 
     def __init__(self, message: str, *, candidates: tuple[str, ...] = ()) -> None:
-        if candidates:
-            message = f"{message} (candidates: {', '.join(candidates)})"
         super().__init__(message)
         self.candidates = candidates
+
+    def __str__(self) -> str:
+        if not self.candidates:
+            return self.message
+        return f"{self.message} (candidates: {', '.join(self.candidates)})"

@@ -1,0 +1,173 @@
+"""The `ddmd` command line: argv -> Config -> daemon.run(), or (later) httpx calls to the control
+API.
+
+Layer: the top; imports config, errors, logs, and the daemon lazily inside `ddmd run`. No protocol
+code.
+Errors become one line on stderr and an exit code:
+
+    0  success
+    1  failure while running (a port in use, a VM or daemon problem), or the daemon is not available
+    2  bad configuration, or a usage error (click's own code for those)
+
+Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
+stack, select, devices, events) and the sim/demo tools are added the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import click
+
+from ddmd import __version__
+from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
+from ddmd.errors import ConfigError, DdmdError
+from ddmd.logs import FORMATS, Event, configure, get_logger
+
+__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+
+_CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+log = get_logger("ddmd.cli")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _fail(command: str, message: object, code: int) -> NoReturn:
+    """Print "ddmd COMMAND: message" on stderr and leave with `code`."""
+    click.echo(f"ddmd {command}: {_one_line(str(message))}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _summary(config: Config) -> Iterator[str]:
+    """The effective ports and modes, one line each, for `check-config`."""
+    scan, dbg, ctl, adb = config.scan, config.debugger, config.control, config.adb
+    if scan.enabled:
+        yield f"scan:        {scan.host} ports {scan.ports}, every {scan.interval:g} s"
+    else:
+        yield "scan:        off"
+    yield f"debuggers:   {dbg.host} ports {dbg.ports} (one per VM)"
+    yield f"current VM:  {_address(dbg.host, dbg.current_port)}"
+    token = ", token required" if ctl.token else ""
+    yield f"control API: {_address(ctl.host, ctl.port)}{token}"
+    if adb.enabled == "off":
+        yield "adb:         off"
+    else:
+        yield f"adb:         {adb.enabled}, server {_address(adb.host, adb.port)}"
+
+
+@click.group(context_settings=_CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="ddmd", message="%(prog)s %(version)s")
+def main() -> None:
+    """ddmd: a debug monitor for Java and Android VMs.
+
+    It keeps one JDWP connection per VM and lets debuggers in through per-VM ports and the
+    current-VM port.
+    """
+
+
+@main.command("check-config")
+@click.argument("file", type=click.Path(path_type=str))
+def check_config(file: str) -> None:
+    """Check a config FILE and show the ports it sets."""
+    try:
+        config = load_config(file, env=os.environ)
+    except ConfigError as err:
+        _fail("check-config", err, EXIT_CONFIG)
+    click.echo(f"{file}: ok")
+    for line in _summary(config):
+        click.echo(f"  {line}")
+
+
+@main.command("run")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Log output; overrides [log] format. auto = console on a terminal, JSON otherwise.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Minimum log level; overrides [log] level.",
+)
+def run(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
+    """Run the daemon in the foreground until SIGINT or SIGTERM."""
+    env = os.environ
+    try:
+        path = find_config_file(config_file, env)
+        if path is None:
+            click.echo("ddmd run: no config file found; using the built-in defaults", err=True)
+        else:
+            click.echo(f"ddmd run: using config file {path}", err=True)
+        config = load_config(path, env=env)
+    except ConfigError as err:
+        _fail("run", err, EXIT_CONFIG)
+
+    configure(fmt=log_format or config.log.format, level=(log_level or config.log.level).lower())
+    if path is None:
+        log.info(Event.CONFIG_DEFAULTS_USED)
+    else:
+        log.info(Event.CONFIG_LOADED, path=str(path))
+
+    try:
+        daemon = importlib.import_module("ddmd.daemon")
+    except ImportError as exc:
+        if exc.name != "ddmd.daemon":
+            raise  # the daemon exists but something it imports is broken: show the traceback
+        _fail("run", "the daemon is not implemented yet", EXIT_FAILURE)
+
+    import trio  # only `run` needs it; keeps `ddmd --version` and client commands light
+
+    try:
+        trio.run(daemon.run, config)
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(130) from None
+    except DdmdError as err:
+        _fail("run", err, EXIT_CONFIG if isinstance(err, ConfigError) else EXIT_FAILURE)
+    except BaseExceptionGroup as group:
+        errors = _ddmd_errors(group)
+        if errors is None:
+            raise
+        for error in errors:
+            click.echo(f"ddmd run: {_one_line(str(error))}", err=True)
+        code = EXIT_CONFIG if any(isinstance(e, ConfigError) for e in errors) else EXIT_FAILURE
+        raise click.exceptions.Exit(code) from None
+
+
+def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | None:
+    """The DdmdErrors in a (nested) exception group, or None if it holds anything else."""
+    found: list[DdmdError] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            inner = _ddmd_errors(exc)
+            if inner is None:
+                return None
+            found.extend(inner)
+        elif isinstance(exc, DdmdError):
+            found.append(exc)
+        else:
+            return None
+    return found

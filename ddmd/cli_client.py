@@ -1,0 +1,632 @@
+"""Client commands of the `ddmd` CLI: clients, threads, heap, gc, stack, over the control API.
+
+Layer: beside `cli` (which registers `COMMANDS` on its group); imports config and errors, and
+httpx/trio lazily so that `ddmd --version` stays light. No protocol code: everything comes from
+the daemon's JSON.
+
+Every command takes `--config FILE` (where to read `[control] host/port/token`), `--control
+HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to one adb
+device). `--json` prints the API's JSON unchanged. Exit codes:
+
+    0  success (also Ctrl-C during --watch)
+    1  the API answered with an error (VM gone, feature unsupported, timeout, bad token, ...)
+    2  unknown or ambiguous TARGET (the line lists the candidates); bad config or usage
+    3  no daemon is answering at the control address
+
+Test seam: `make_transport()` returns the httpx transport every command uses (None = the
+network); tests replace it to route the commands to an in-process app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from urllib.parse import quote
+
+import click
+
+from ddmd.config import find_config_file, load_config
+from ddmd.errors import ConfigError
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_API_ERROR",
+    "EXIT_CONFIG",
+    "EXIT_NO_DAEMON",
+    "EXIT_OK",
+    "EXIT_TARGET",
+    "clients",
+    "gc",
+    "heap",
+    "make_transport",
+    "stack",
+    "threads",
+]
+
+EXIT_OK = 0
+EXIT_API_ERROR = 1
+EXIT_TARGET = 2
+EXIT_CONFIG = 2
+EXIT_NO_DAEMON = 3
+
+#: Seconds; connect covers "is a daemon there at all", read the daemon's own work.
+CONNECT_TIMEOUT = 2.0
+READ_TIMEOUT = 10.0
+SEGMENTS_READ_TIMEOUT = 30.0  # a heap dump: enable HPSG, GC, wait for every segment
+
+API = "/api/v1"
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def make_transport() -> httpx.AsyncBaseTransport | None:
+    """The transport for every control API request; None means the real network.
+
+    Tests replace this function (e.g. with one returning ``httpx.ASGITransport(app)``).
+    """
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Failures and the control address
+
+
+class _Failure(Exception):
+    """Ends a command with one line on stderr and an exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _fail(command: str, message: str, code: int) -> NoReturn:
+    click.echo(f"ddmd {command}: {' '.join(message.split())}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where the daemon is and how to talk to it."""
+
+    base_url: str
+    token: str
+    device: str | None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _connectable(host: str) -> str:
+    """A daemon listening on every address is reached on loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _parse_control(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8710 or [::1]:8710)",
+            param_hint="'--control'",
+        )
+    return host, int(port)
+
+
+def _target(
+    command: str, config_file: str | None, control: str | None, device: str | None
+) -> _Target:
+    try:
+        config = load_config(find_config_file(config_file, os.environ), env=os.environ)
+    except ConfigError as err:
+        _fail(command, str(err), EXIT_CONFIG)
+    host, port = config.control.host, config.control.port
+    if control is not None:
+        host, port = _parse_control(control)
+    base = f"http://{_url_host(_connectable(host))}:{port}"
+    return _Target(base, config.control.token, device or None)
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP
+
+
+class _Api:
+    """One httpx.AsyncClient for a command; every call returns decoded JSON or raises _Failure."""
+
+    def __init__(self, client: httpx.AsyncClient, target: _Target) -> None:
+        self._client = client
+        self._target = target
+
+    @staticmethod
+    def vm_path(target: str, suffix: str = "") -> str:
+        return f"{API}/vms/{quote(target, safe='/')}{suffix}"
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> Any:
+        import httpx
+
+        query = dict(params or {})
+        if self._target.device is not None:
+            query["device"] = self._target.device
+        base = self._target.base_url
+        timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=read_timeout)
+        try:
+            response = await self._client.request(method, path, params=query, timeout=timeout)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            raise _Failure(
+                f"no daemon is answering at {base} "
+                "(start it with 'ddmd run', or pass --control HOST:PORT)",
+                EXIT_NO_DAEMON,
+            ) from None
+        except httpx.TimeoutException:
+            raise _Failure(
+                f"the daemon at {base} did not answer within {read_timeout:g} s", EXIT_API_ERROR
+            ) from None
+        except httpx.TransportError as exc:
+            raise _Failure(
+                f"talking to {base} failed: {type(exc).__name__}: {exc}", EXIT_API_ERROR
+            ) from None
+        try:
+            body = response.json()
+        except ValueError:
+            raise _Failure(
+                f"{base} did not answer like a ddmd daemon "
+                f"(HTTP {response.status_code}, {response.headers.get('content-type', '?')})",
+                EXIT_API_ERROR,
+            ) from None
+        if response.is_success:
+            return body
+        error = body.get("error") if isinstance(body, dict) else None
+        message = str(error) if error else f"HTTP {response.status_code}"
+        if response.status_code in (404, 409) and isinstance(body, dict) and "candidates" in body:
+            candidates = body["candidates"] or []
+            if candidates:
+                message += f" (candidates: {', '.join(map(str, candidates))})"
+            else:
+                message += " (no VMs are known to the daemon)"
+            raise _Failure(message, EXIT_TARGET)
+        if response.status_code == 401:
+            message += " (set [control] token in the config file, or pass --config)"
+        raise _Failure(message, EXIT_API_ERROR)
+
+
+def _run(command: str, target: _Target, work: Callable[[_Api], Awaitable[T]]) -> T:
+    """Run `work` under trio with a client for `target`; failures become one line + exit code."""
+    import httpx
+    import trio
+
+    async def main() -> T:
+        headers = {"Accept": "application/json"}
+        if target.token:
+            headers["Authorization"] = f"Bearer {target.token}"
+        async with httpx.AsyncClient(
+            base_url=target.base_url,
+            transport=make_transport(),
+            headers=headers,
+            timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
+            trust_env=False,  # never send loopback requests through an HTTP(S)_PROXY
+        ) as client:
+            return await work(_Api(client, target))
+
+    try:
+        return trio.run(main)
+    except _Failure as failure:
+        _fail(command, failure.message, failure.code)
+
+
+# --------------------------------------------------------------------------------------------------
+# Human output
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Left-aligned columns, two spaces apart; the last column is not padded."""
+    cells = [list(headers)] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [value.ljust(width) for value, width in zip(row[:-1], widths, strict=False)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _yes(value: object) -> str:
+    if value is None:
+        return "?"
+    return "yes" if value else "no"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+_MAX_VM_NAME = 60
+
+
+def _vm_name(vm: dict[str, Any]) -> str | None:
+    """vm_ident, else one line of a JDWP version description (it has three)."""
+    if vm.get("vm_ident"):
+        return str(vm["vm_ident"])
+    lines = [line.strip() for line in str(vm.get("description") or "").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return None
+    name = next((line for line in lines if line.startswith("JVM version")), lines[0])
+    return name if len(name) <= _MAX_VM_NAME else name[: _MAX_VM_NAME - 3] + "..."
+
+
+def _vm_label(vm: dict[str, Any]) -> str:
+    name = vm.get("app") or _vm_name(vm) or "?"
+    return f"{vm['id']} (pid {vm.get('pid') if vm.get('pid') is not None else '?'}, {name})"
+
+
+def _app_column(vm: dict[str, Any]) -> str | None:
+    app, package = vm.get("app"), vm.get("package")
+    if app and package and package != app:
+        return f"{app} [{package}]"
+    return app or package
+
+
+def format_clients(vms: list[dict[str, Any]]) -> str:
+    if not vms:
+        return "no VMs are known to the daemon"
+    rows = [
+        (
+            vm["id"],
+            vm.get("pid"),
+            _app_column(vm),
+            _vm_name(vm),
+            _yes(vm.get("ddm")),
+            "yes" if vm.get("waiting_for_debugger") else "",
+            vm.get("threads"),
+            vm.get("debugger_port"),
+            vm.get("debugger"),
+            "*" if vm.get("current") else "",
+        )
+        for vm in vms
+    ]
+    headers = ("ID", "PID", "APP/PACKAGE", "VM", "DDM", "WAIT", "THREADS", "PORT", "DEBUGGER")
+    return _table((*headers, "CURRENT"), rows)
+
+
+def format_threads(body: dict[str, Any]) -> str:
+    vm, threads = body["vm"], body.get("threads")
+    head = f"threads of VM {_vm_label(vm)}"
+    if threads is None:
+        return f"{head}: not available (the VM does not report its threads)"
+    rows = [
+        (
+            t["id"],
+            t.get("tid"),
+            t.get("state") or (None if t.get("status") is None else f"status {t['status']}"),
+            t.get("utime"),
+            t.get("stime"),
+            "" if t.get("daemon") is None else ("daemon" if t["daemon"] else ""),
+            t.get("name"),
+        )
+        for t in threads
+    ]
+    lines = [f"{head}:", _table(("ID", "TID", "STATE", "UTIME", "STIME", "DAEMON", "NAME"), rows)]
+    if not body.get("supported", True):
+        lines.append("(thread states are not available: the VM does not answer THST)")
+    return "\n".join(lines)
+
+
+def _by(mapping: dict[str, int] | None) -> str:
+    if not mapping:
+        return "-"
+    return ", ".join(f"{name} {_size(n)}" for name, n in mapping.items())
+
+
+def format_heap(body: dict[str, Any]) -> str:
+    vm = body["vm"]
+    lines = [f"heap of VM {_vm_label(vm)}:"]
+    heaps = body.get("heaps") or []
+    images = body.get("images") or []
+    if not heaps and not images:
+        if vm.get("ddm") is False:
+            lines.append("not available (the VM does not speak DDM)")
+        else:
+            lines.append(
+                "no heap information yet (try 'ddmd gc TARGET', or 'ddmd heap TARGET --segments')"
+            )
+        return "\n".join(lines)
+    if heaps:
+        rows = [
+            (
+                h["heap_id"],
+                _size(h.get("max_size")),
+                _size(h.get("size")),
+                _size(h.get("bytes_allocated")),
+                h.get("objects_allocated"),
+            )
+            for h in heaps
+        ]
+        lines.append(_table(("HEAP", "MAX", "SIZE", "ALLOCATED", "OBJECTS"), rows))
+    for image in images:
+        s = image["summary"]
+        kind = "native heap" if image.get("native") else "heap"
+        state = "" if image.get("complete", True) else " (incomplete dump)"
+        lines.append("")
+        lines.append(f"{kind} {image['heap_id']} segments{state}:")
+        lines.append(
+            _table(
+                ("USED", "FREE", "LARGEST FREE", "FREE RUNS", "FRAGMENTATION", "OBJECTS"),
+                [
+                    (
+                        _size(s.get("bytes_used")),
+                        _size(s.get("bytes_free")),
+                        _size(s.get("largest_free_run")),
+                        s.get("free_run_count"),
+                        f"{100 * float(s.get('fragmentation') or 0.0):.1f} %",
+                        s.get("object_count"),
+                    )
+                ],
+            )
+        )
+        lines.append(f"  by kind: {_by(s.get('bytes_by_kind'))}")
+        lines.extend(
+            f"  segment 0x{seg['address']:08x}-0x{seg['end']:08x}: {seg['units']} units "
+            f"of {seg['unit_size']} B, {len(seg.get('runs') or [])} runs"
+            for seg in image.get("segments") or []
+        )
+        lines.extend(f"  problem: {p['message']}" for p in image.get("problems") or [])
+    return "\n".join(lines)
+
+
+def format_frame(frame: dict[str, Any]) -> str:
+    """Like java.lang.StackTraceElement.toString(); STKL line -2 = native, -1 = unknown."""
+    file_name, line = frame.get("file_name") or None, frame.get("line")
+    if line == -2:
+        where = "Native Method"
+    elif file_name and line is not None and line >= 0:
+        where = f"{file_name}:{line}"
+    elif file_name:
+        where = file_name
+    else:
+        where = "Unknown Source"
+    return f"  at {frame['class_name']}.{frame['method_name']}({where})"
+
+
+def format_stack(body: dict[str, Any]) -> str:
+    frames = body.get("frames") or []
+    lines = [f"thread {body['thread_id']} of VM {_vm_label(body['vm'])}:"]
+    lines.extend(format_frame(f) for f in frames)
+    if not frames:
+        lines.append("  (no frames)")
+    return "\n".join(lines)
+
+
+def _print_json(data: Any, *, compact: bool = False) -> None:
+    if compact:
+        click.echo(json.dumps(data, separators=(",", ":")))
+    else:
+        click.echo(json.dumps(data, indent=2))
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands
+
+
+def _client_options(func: F) -> F:
+    """--config, --control and --device, shared by every client command."""
+    func = click.option(
+        "--device",
+        metavar="SERIAL",
+        default=None,
+        help="Only match VMs on this adb device (for pid and name targets).",
+    )(func)
+    func = click.option(
+        "--control",
+        metavar="HOST:PORT",
+        default=None,
+        help="Control API address of the daemon (default: [control] host/port of the config).",
+    )(func)
+    func = click.option(
+        "--config",
+        "config_file",
+        metavar="FILE",
+        type=click.Path(path_type=str),
+        default=None,
+        help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
+    )(func)
+    return func
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+_target_argument = click.argument("target")
+
+
+@click.command("clients")
+@_json_option
+@_client_options
+def clients(
+    as_json: bool, config_file: str | None, control: str | None, device: str | None
+) -> None:
+    """List the VMs the daemon knows."""
+    target = _target("clients", config_file, control, None)
+
+    async def work(api: _Api) -> Any:
+        return await api.call("GET", f"{API}/vms")
+
+    vms = _run("clients", target, work)
+    if device:
+        vms = [vm for vm in vms if vm.get("device") == device]
+    if as_json:
+        _print_json(vms)
+    else:
+        click.echo(format_clients(vms))
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@click.command("threads")
+@_target_argument
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+@click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
+@_json_option
+@_client_options
+def threads(
+    target: str,
+    watch: bool,
+    interval: float,
+    count: int | None,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
+) -> None:
+    """Show the threads of the VM TARGET (id, pid, app or package name)."""
+    where = _target("threads", config_file, control, device)
+    tty = _is_tty()
+
+    def show(body: Any, frame: int) -> None:
+        if as_json:
+            _print_json(body, compact=watch)
+            return
+        text = format_threads(body)
+        if watch and tty:
+            stamp = time.strftime("%H:%M:%S")
+            click.echo(f"\x1b[H\x1b[2Jevery {interval:g} s, {stamp}  (Ctrl-C to stop)\n{text}")
+        else:
+            click.echo(("\n" if frame else "") + text)
+
+    async def work(api: _Api) -> None:
+        import trio
+
+        frame = 0
+        path = api.vm_path(target, "/threads")
+        while True:
+            show(await api.call("GET", path), frame)
+            frame += 1
+            if not watch or (count is not None and frame >= count):
+                return
+            await trio.sleep(interval)
+
+    try:
+        _run("threads", where, work)
+    except KeyboardInterrupt:
+        if not watch:
+            raise
+        raise click.exceptions.Exit(EXIT_OK) from None
+
+
+@click.command("heap")
+@_target_argument
+@click.option(
+    "--segments",
+    is_flag=True,
+    help="Ask for a fresh heap segment dump (runs a GC) and show its layout.",
+)
+@_json_option
+@_client_options
+def heap(
+    target: str,
+    segments: bool,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
+) -> None:
+    """Show heap sizes of the VM TARGET, and heap segment summaries once a dump exists."""
+    where = _target("heap", config_file, control, device)
+
+    async def work(api: _Api) -> Any:
+        path = api.vm_path(target, "/heap")
+        if segments:
+            return await api.call(
+                "GET", path, params={"segments": "1"}, read_timeout=SEGMENTS_READ_TIMEOUT
+            )
+        return await api.call("GET", path)
+
+    body = _run("heap", where, work)
+    if as_json:
+        _print_json(body)
+    else:
+        click.echo(format_heap(body))
+
+
+@click.command("gc")
+@_target_argument
+@_json_option
+@_client_options
+def gc(
+    target: str, as_json: bool, config_file: str | None, control: str | None, device: str | None
+) -> None:
+    """Ask the VM TARGET to run a garbage collection."""
+    where = _target("gc", config_file, control, device)
+
+    async def work(api: _Api) -> Any:
+        return await api.call("POST", api.vm_path(target, "/gc"))
+
+    body = _run("gc", where, work)
+    if as_json:
+        _print_json(body)
+    else:
+        click.echo(f"GC requested on VM {_vm_label(body['vm'])}")
+
+
+@click.command("stack")
+@_target_argument
+@click.argument("thread", type=click.IntRange(min=0))
+@_json_option
+@_client_options
+def stack(
+    target: str,
+    thread: int,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
+) -> None:
+    """Show the stack trace of THREAD (a thread id from 'ddmd threads') in the VM TARGET."""
+    where = _target("stack", config_file, control, device)
+
+    async def work(api: _Api) -> Any:
+        return await api.call("GET", api.vm_path(target, f"/threads/{thread}/stack"))
+
+    body = _run("stack", where, work)
+    if as_json:
+        _print_json(body)
+    else:
+        click.echo(format_stack(body))
+
+
+COMMANDS: list[click.Command] = [clients, threads, heap, gc, stack]

@@ -1,0 +1,748 @@
+"""ddmd's configuration: a TOML file read with `tomllib` into frozen dataclasses.
+
+Layer: imports only the standard library and `ddmd.errors`; used by `daemon` and `cli`.
+No environment reads at import, no logging, no sockets: the environment is read only inside
+`load_config`/`parse_config`/`Config.default`/`find_config_file`, through an `env` mapping that
+tests can replace.
+
+Every problem is a `ConfigError` naming the file, the key and the value. `config.example.toml` at
+the repository root documents every key with its default; it loads to exactly `Config.default()`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, cast
+
+from ddmd.errors import ConfigError, format_key
+
+__all__ = [
+    "AdbConfig",
+    "Config",
+    "ControlConfig",
+    "DebuggerConfig",
+    "LimitsConfig",
+    "LogConfig",
+    "MonitorConfig",
+    "PortRange",
+    "ScanConfig",
+    "SecurityConfig",
+    "TimeoutsConfig",
+    "find_config_file",
+    "is_loopback_host",
+    "load_config",
+    "parse_config",
+]
+
+AdbMode = Literal["auto", "on", "off"]
+LogFormat = Literal["auto", "json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+ADB_MODES: Final = ("auto", "on", "off")
+LOG_FORMATS: Final = ("auto", "json", "console")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+#: Where adb's server listens unless ANDROID_ADB_SERVER_PORT says otherwise (adb's own rule).
+DEFAULT_ADB_PORT: Final = 5037
+#: A JDWP packet header is 11 bytes; its length field is an unsigned 32-bit number.
+_JDWP_HEADER_SIZE: Final = 11
+_JDWP_MAX_LENGTH: Final = 0xFFFF_FFFF
+
+# The defaults, written as they would be in TOML, so they go through the same checks as a file does.
+# config.example.toml repeats them (a test keeps the two equal). [adb] port is special: when the
+# file does not set it, ANDROID_ADB_SERVER_PORT (if set) wins over the 5037 below.
+_DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
+    {
+        "scan": MappingProxyType(
+            {
+                "enabled": True,
+                "host": "127.0.0.1",
+                "ports": "8000-8040",
+                "interval": 2.0,
+                "backoff_max": 60.0,
+            }
+        ),
+        "adb": MappingProxyType(
+            {"enabled": "auto", "host": "127.0.0.1", "port": DEFAULT_ADB_PORT, "path": "adb"}
+        ),
+        "debugger": MappingProxyType(
+            {
+                "host": "127.0.0.1",
+                "ports": "8600-8699",
+                "current_port": 8700,
+                "auto_select_waiting": True,
+                "state_file": "",
+                "queue_packets": 1024,
+                "relay_chunk_bytes": 1024 * 1024,
+            }
+        ),
+        "control": MappingProxyType({"host": "127.0.0.1", "port": 8710, "token": ""}),
+        "monitor": MappingProxyType(
+            {"thread_poll_interval": 0.5, "always_poll_threads": False, "heap_info": True}
+        ),
+        "timeouts": MappingProxyType(
+            {
+                "connect": 2.0,
+                "handshake": 2.0,
+                "ddm_request": 5.0,
+                "jdwp_request": 30.0,
+                "dbgd_ack": 1.0,
+                "reconnect": 10.0,
+                "adb": 5.0,
+                "shutdown_grace": 5.0,
+            }
+        ),
+        "limits": MappingProxyType(
+            {
+                "max_packet_bytes": 1024 * 1024 * 1024,
+                "max_inflated_bytes": 64 * 1024 * 1024,
+                "max_vms": 256,
+                "max_debuggers_per_vm": 1,
+            }
+        ),
+        "log": MappingProxyType({"format": "auto", "level": "info"}),
+        "security": MappingProxyType({"allow_non_loopback": False}),
+    }
+)
+
+# --------------------------------------------------------------------------------------------------
+# Port ranges and hosts
+
+
+_MIN_PORT: Final = 1
+_MAX_PORT: Final = 65535
+_RANGE_RE: Final = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?", re.ASCII)
+
+
+def _is_int(value: object) -> bool:
+    # TOML booleans are Python bools, and bool is a subclass of int: `port = true` is not port 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class PortRange:
+    """An inclusive range of TCP ports, from "A-B" or a single port number."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        for port in (self.start, self.end):
+            if not _is_int(port):
+                raise ValueError(f"port {port!r} is not an integer")
+            if not _MIN_PORT <= port <= _MAX_PORT:
+                raise ValueError(f"port {port} is outside {_MIN_PORT}-{_MAX_PORT}")
+        if self.start > self.end:
+            raise ValueError("start port is above end port")
+
+    @classmethod
+    def parse(cls, value: str | int) -> PortRange:
+        """Read "8000-8040", "8000" or 8000. Raises ValueError saying what is wrong."""
+        if _is_int(value):
+            port = cast("int", value)
+            return cls(port, port)
+        if not isinstance(value, str):
+            raise ValueError("expected a port range 'START-END' or a port number")
+        match = _RANGE_RE.fullmatch(value)
+        if match is None:
+            raise ValueError("expected a port range 'START-END' or a port number")
+        start = int(match.group(1))
+        end = int(match.group(2)) if match.group(2) is not None else start
+        return cls(start, end)
+
+    def __contains__(self, port: object) -> bool:
+        return _is_int(port) and self.start <= cast("int", port) <= self.end
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.end + 1))
+
+    def __len__(self) -> int:
+        return self.end - self.start + 1
+
+    def overlaps(self, other: PortRange) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+    def __str__(self) -> str:
+        return str(self.start) if self.start == self.end else f"{self.start}-{self.end}"
+
+
+_LABEL_RE: Final = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)", re.ASCII)
+
+
+def _host_problem(host: str) -> str | None:
+    """None when `host` is an IP address or a valid host name, else what is wrong with it."""
+    if host.startswith("[") and host.endswith("]"):
+        return "write IPv6 addresses without brackets"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return None
+    name = host.removesuffix(".")
+    if not name or len(name) > 253:
+        return "not an IP address or host name"
+    labels = name.split(".")
+    if not all(_LABEL_RE.fullmatch(label) for label in labels):
+        return "not an IP address or host name"
+    if all(label.isdigit() for label in labels):
+        # "300.1.1.1" or "12345" would pass as names, but they are typos of addresses.
+        return "not a valid IP address"
+    return None
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1, ::ffff:127.x and the names localhost and *.localhost."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.removesuffix(".").lower()
+        return name == "localhost" or name.endswith(".localhost")
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+# --------------------------------------------------------------------------------------------------
+# The dataclasses
+
+
+@dataclass(frozen=True, slots=True)
+class ScanConfig:
+    """[scan]: probe local TCP ports for JDWP listeners (plain JVMs started with -agentlib:jdwp)."""
+
+    enabled: bool
+    host: str
+    ports: PortRange
+    interval: float
+    backoff_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class AdbConfig:
+    """[adb]: find debuggable VMs on Android devices through an adb server."""
+
+    enabled: AdbMode
+    host: str
+    port: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class DebuggerConfig:
+    """[debugger]: where debuggers connect. `state_file` is already resolved to a path."""
+
+    host: str
+    ports: PortRange
+    current_port: int
+    auto_select_waiting: bool
+    state_file: Path
+    queue_packets: int
+    relay_chunk_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControlConfig:
+    """[control]: the HTTP control API. An empty token means no token is required."""
+
+    host: str
+    port: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorConfig:
+    """[monitor]: what ddmd asks DDM VMs for on its own."""
+
+    thread_poll_interval: float
+    always_poll_threads: bool
+    heap_info: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutsConfig:
+    """[timeouts]: every network wait's deadline, in seconds (httpx Timeout shape)."""
+
+    connect: float
+    handshake: float
+    ddm_request: float
+    jdwp_request: float
+    dbgd_ack: float
+    reconnect: float
+    adb: float
+    shutdown_grace: float
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """[limits]: caps on sizes and counts."""
+
+    max_packet_bytes: int
+    max_inflated_bytes: int
+    max_vms: int
+    max_debuggers_per_vm: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """[log]: output format and minimum level (the CLI's options override these)."""
+
+    format: LogFormat
+    level: LogLevel
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """[security]: allow_non_loopback must be true for a listening host that is not loopback."""
+
+    allow_non_loopback: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration. `source` (the file it came from) takes no part in equality."""
+
+    scan: ScanConfig
+    adb: AdbConfig
+    debugger: DebuggerConfig
+    control: ControlConfig
+    monitor: MonitorConfig
+    timeouts: TimeoutsConfig
+    limits: LimitsConfig
+    log: LogConfig
+    security: SecurityConfig
+    source: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def default(cls, *, env: Mapping[str, str] | None = None) -> Config:
+        """The built-in defaults; `env` (default: os.environ, read now) fills env-dependent ones."""
+        return parse_config({}, source="<defaults>", env=env)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading values
+
+
+def _toml_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, datetime):
+        return "a date-time"
+    if isinstance(value, date):
+        return "a date"
+    if isinstance(value, time):
+        return "a time"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "a table"
+    return type(value).__name__
+
+
+def _suggest(name: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+class _Section:
+    """One [section] of the file, with its defaults, turned into checked Python values."""
+
+    def __init__(self, name: str, table: Mapping[str, object], source: str) -> None:
+        self.name = name
+        self.table = table
+        self.source = source
+        self.defaults = _DEFAULTS[name]
+
+    def check_unknown_keys(self) -> None:
+        allowed = tuple(self.defaults)
+        for key, value in self.table.items():
+            if key not in self.defaults:
+                hint = _suggest(key, allowed)
+                listed = ", ".join(allowed)
+                raise self.error(key, f"unknown key; {hint}keys in [{self.name}]: {listed}", value)
+
+    def is_set(self, key: str) -> bool:
+        return key in self.table
+
+    def raw(self, key: str) -> object:
+        return self.table[key] if key in self.table else self.defaults[key]
+
+    def error(self, key: str, message: str, value: object) -> ConfigError:
+        return ConfigError(message, path=self.source, key=f"{self.name}.{key}", value=value)
+
+    def boolean(self, key: str) -> bool:
+        value = self.raw(key)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {_toml_type(value)}", value)
+        return value
+
+    def text(self, key: str, *, allow_empty: bool = True) -> str:
+        value = self.raw(key)
+        if not isinstance(value, str):
+            raise self.error(key, f"expected a string, got {_toml_type(value)}", value)
+        if not allow_empty and not value:
+            raise self.error(key, "must not be empty", value)
+        if "\x00" in value:
+            raise self.error(key, "must not contain a NUL character", value)
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.raw(key)
+        allowed = ", ".join(repr(c) for c in choices)
+        if not isinstance(value, str):
+            raise self.error(key, f"expected one of {allowed}, got {_toml_type(value)}", value)
+        if value.lower() not in choices:
+            raise self.error(key, f"must be one of {allowed}", value)
+        return value.lower()
+
+    def integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int:
+        value = self.raw(key)
+        if not _is_int(value):
+            raise self.error(key, f"expected an integer, got {_toml_type(value)}", value)
+        number = cast("int", value)
+        if number < minimum or (maximum is not None and number > maximum):
+            bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            raise self.error(key, f"must be {bounds}", value)
+        return number
+
+    def seconds(self, key: str) -> float:
+        value = self.raw(key)
+        if not (_is_int(value) or isinstance(value, float)):
+            raise self.error(key, f"expected a number of seconds, got {_toml_type(value)}", value)
+        try:
+            number = float(cast("float", value))
+        except OverflowError:
+            number = math.inf
+        if not (math.isfinite(number) and number > 0):
+            raise self.error(key, "must be a positive, finite number of seconds", value)
+        return number
+
+    def port(self, key: str) -> int:
+        value = self.raw(key)
+        if not _is_int(value):
+            raise self.error(key, f"expected a port number, got {_toml_type(value)}", value)
+        if not _MIN_PORT <= cast("int", value) <= _MAX_PORT:
+            raise self.error(key, f"port must be between {_MIN_PORT} and {_MAX_PORT}", value)
+        return cast("int", value)
+
+    def port_range(self, key: str) -> PortRange:
+        value = self.raw(key)
+        if not (_is_int(value) or isinstance(value, str)):
+            raise self.error(
+                key, f"expected 'START-END' or a port number, got {_toml_type(value)}", value
+            )
+        try:
+            return PortRange.parse(cast("str | int", value))
+        except ValueError as exc:
+            raise self.error(key, str(exc), value) from None
+
+    def host(self, key: str) -> str:
+        value = self.text(key, allow_empty=False)
+        problem = _host_problem(value)
+        if problem is not None:
+            raise self.error(key, problem, value)
+        return value
+
+    def listen_host(self, key: str, security: SecurityConfig) -> str:
+        value = self.host(key)
+        if not security.allow_non_loopback and not is_loopback_host(value):
+            raise self.error(
+                key,
+                "not a loopback address: other machines could connect to it; set [security] "
+                "allow_non_loopback = true to allow this",
+                value,
+            )
+        return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Env-dependent values
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME", "")
+    return Path(home) if home else Path.home()
+
+
+def _default_state_file(env: Mapping[str, str]) -> Path:
+    xdg = env.get("XDG_STATE_HOME", "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else _home(env) / ".local" / "state"
+    return base / "ddmd" / "ports.json"
+
+
+def _resolve_path(raw: str, env: Mapping[str, str], base_dir: Path | None) -> Path:
+    if raw == "~" or raw.startswith("~/"):
+        return _home(env) / raw[2:]
+    path = Path(raw).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+def _adb_port(section: _Section, env: Mapping[str, str]) -> int:
+    if section.is_set("port"):
+        return section.port("port")
+    raw = env.get("ANDROID_ADB_SERVER_PORT", "")
+    if not raw:
+        return section.port("port")
+    port = int(raw) if raw.isascii() and raw.isdigit() else -1
+    if not _MIN_PORT <= port <= _MAX_PORT:
+        raise section.error(
+            "port",
+            "the default comes from the environment variable ANDROID_ADB_SERVER_PORT, which is "
+            "not a port number; fix the variable or set [adb] port",
+            raw,
+        )
+    return port
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    source: str,
+    env: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+) -> Config:
+    """Check a parsed TOML document and build a Config; missing keys take their defaults.
+
+    `source` names the file in errors. `env` (default: os.environ, read now) supplies
+    ANDROID_ADB_SERVER_PORT, XDG_STATE_HOME and HOME. A relative [debugger] state_file is taken
+    relative to `base_dir` (the config file's directory) when given.
+    """
+    if env is None:
+        env = os.environ
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a table at the top level, got {_toml_type(data)}", path=source)
+
+    sections = tuple(_DEFAULTS)
+    for name, table in data.items():
+        if name in _DEFAULTS:
+            if not isinstance(table, Mapping):
+                raise ConfigError(
+                    f"expected a [{name}] table, got {_toml_type(table)}",
+                    path=source,
+                    key=name,
+                    value=table,
+                )
+            continue
+        holders = [s for s in sections if name in _DEFAULTS[s]]
+        if holders and not isinstance(table, Mapping):
+            hint = " or ".join(format_key(f"{s}.{name}") for s in holders)
+            message = f"keys belong in a section; did you mean {hint}?"
+        else:
+            message = f"unknown section; {_suggest(name, sections)}sections: {', '.join(sections)}"
+        raise ConfigError(
+            message,
+            path=source,
+            key=name,
+            value=None if isinstance(table, Mapping) else table,
+        )
+
+    sec = {name: _Section(name, data.get(name, {}), source) for name in sections}
+    for section in sec.values():
+        section.check_unknown_keys()
+
+    security = SecurityConfig(allow_non_loopback=sec["security"].boolean("allow_non_loopback"))
+
+    s = sec["scan"]
+    scan = ScanConfig(
+        enabled=s.boolean("enabled"),
+        host=s.host("host"),
+        ports=s.port_range("ports"),
+        interval=s.seconds("interval"),
+        backoff_max=s.seconds("backoff_max"),
+    )
+    if scan.backoff_max < scan.interval:
+        raise s.error(
+            "backoff_max",
+            f"must not be below [scan] interval ({scan.interval:g} s)",
+            s.raw("backoff_max"),
+        )
+
+    a = sec["adb"]
+    enabled_raw = a.raw("enabled")
+    # `enabled = true/false` reads naturally in TOML; take it as "on"/"off".
+    if isinstance(enabled_raw, bool):
+        adb_mode: AdbMode = "on" if enabled_raw else "off"
+    else:
+        adb_mode = cast("AdbMode", a.choice("enabled", ADB_MODES))
+    adb = AdbConfig(
+        enabled=adb_mode,
+        host=a.host("host"),
+        port=_adb_port(a, env),
+        path=a.text("path", allow_empty=False),
+    )
+
+    d = sec["debugger"]
+    state_raw = d.text("state_file")
+    debugger = DebuggerConfig(
+        host=d.listen_host("host", security),
+        ports=d.port_range("ports"),
+        current_port=d.port("current_port"),
+        auto_select_waiting=d.boolean("auto_select_waiting"),
+        state_file=(
+            _resolve_path(state_raw, env, base_dir) if state_raw else _default_state_file(env)
+        ),
+        queue_packets=d.integer("queue_packets", minimum=1),
+        relay_chunk_bytes=d.integer("relay_chunk_bytes", minimum=1),
+    )
+
+    c = sec["control"]
+    control = ControlConfig(
+        host=c.listen_host("host", security),
+        port=c.port("port"),
+        token=c.text("token"),
+    )
+
+    m = sec["monitor"]
+    monitor = MonitorConfig(
+        thread_poll_interval=m.seconds("thread_poll_interval"),
+        always_poll_threads=m.boolean("always_poll_threads"),
+        heap_info=m.boolean("heap_info"),
+    )
+
+    t = sec["timeouts"]
+    timeouts = TimeoutsConfig(**{key: t.seconds(key) for key in _DEFAULTS["timeouts"]})
+
+    li = sec["limits"]
+    limits = LimitsConfig(
+        max_packet_bytes=li.integer(
+            "max_packet_bytes", minimum=_JDWP_HEADER_SIZE, maximum=_JDWP_MAX_LENGTH
+        ),
+        max_inflated_bytes=li.integer("max_inflated_bytes", minimum=1),
+        max_vms=li.integer("max_vms", minimum=1),
+        max_debuggers_per_vm=li.integer("max_debuggers_per_vm", minimum=1),
+    )
+
+    lg = sec["log"]
+    log = LogConfig(
+        format=cast("LogFormat", lg.choice("format", LOG_FORMATS)),
+        level=cast("LogLevel", lg.choice("level", LOG_LEVELS)),
+    )
+
+    config = Config(
+        scan=scan,
+        adb=adb,
+        debugger=debugger,
+        control=control,
+        monitor=monitor,
+        timeouts=timeouts,
+        limits=limits,
+        log=log,
+        security=security,
+        source=source,
+    )
+    _check_ports(config, sec)
+    return config
+
+
+def _check_ports(config: Config, sec: Mapping[str, _Section]) -> None:
+    """Listening ports must not collide with each other, nor with the ports ddmd itself scans."""
+    dbg, ctl, scan = config.debugger, config.control, config.scan
+    if dbg.current_port in dbg.ports:
+        raise sec["debugger"].error(
+            "current_port",
+            f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
+            dbg.current_port,
+        )
+    if ctl.port in dbg.ports:
+        raise sec["control"].error(
+            "port",
+            f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
+            ctl.port,
+        )
+    if ctl.port == dbg.current_port:
+        raise sec["control"].error(
+            "port", "same as [debugger] current_port; the two need different ports", ctl.port
+        )
+    if not scan.enabled:
+        return
+    scan_raw = sec["scan"].raw("ports")
+    if scan.ports.overlaps(dbg.ports):
+        raise sec["scan"].error(
+            "ports",
+            f"overlaps [debugger] ports ({dbg.ports}): ddmd would probe its own debugger ports",
+            scan_raw,
+        )
+    for port, key in ((dbg.current_port, "debugger.current_port"), (ctl.port, "control.port")):
+        if port in scan.ports:
+            raise sec["scan"].error(
+                "ports",
+                f"includes {format_key(key)} ({port}): ddmd would probe its own port",
+                scan_raw,
+            )
+
+
+def load_config(
+    path: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None
+) -> Config:
+    """Read and check a TOML config file; None gives `Config.default()`.
+
+    `env` (default: os.environ, read now) is passed on to `parse_config`.
+    """
+    if path is None:
+        return Config.default(env=env)
+    source = os.fspath(path)
+    file = Path(source)
+    try:
+        with file.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("no such file", path=source) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a config file", path=source) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", path=source) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (bad byte at offset {exc.start})", path=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=source) from None
+    return parse_config(data, source=source, env=env, base_dir=file.parent)
+
+
+def find_config_file(explicit: str | None, env: Mapping[str, str]) -> Path | None:
+    """The config file to use: `--config`, then $DDMD_CONFIG, then the user's file, else None.
+
+    An explicit path (option or variable) must exist. The user's file,
+    `$XDG_CONFIG_HOME/ddmd/config.toml` or `~/.config/ddmd/config.toml`, is used only if it exists;
+    None means "use the built-in defaults".
+    """
+    for given, what in ((explicit, "--config"), (env.get("DDMD_CONFIG") or None, "$DDMD_CONFIG")):
+        if given is None:
+            continue
+        path = Path(given)
+        if not path.exists():
+            raise ConfigError(f"no such file (given by {what})", path=given)
+        if not path.is_file():
+            raise ConfigError(f"not a regular file (given by {what})", path=given)
+        return path
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        base = Path(xdg)
+    elif env.get("HOME"):
+        base = Path(env["HOME"]) / ".config"
+    else:
+        return None
+    candidate = base / "ddmd" / "config.toml"
+    return candidate if candidate.is_file() else None

@@ -1,0 +1,442 @@
+"""The control API: a plain Starlette ASGI app over the VM registry, served by hypercorn under trio.
+
+Layer: imports `registry`, `errors` and plain value types from `protocol`; used by `daemon`.
+It reads the registry and asks VM handles for data; it keeps no state of its own.
+
+Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
+and the sub-resource routes listed before the bare VM route)::
+
+    GET  /api/v1/health                             {status, version, vms}
+    GET  /api/v1/vms                                [VmSnapshot.to_json(), ...]
+    GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
+    GET  /api/v1/vms/{target}/threads               {vm, threads: [...] | null, supported}
+    GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
+    POST /api/v1/vms/{target}/gc                    {vm, gc: "requested"}
+    GET  /api/v1/vms/{target}/threads/{id}/stack    {vm, thread_id, frames: [...]}
+
+`target` is a VM id, a pid, an app or a package name, resolved by `VmRegistry.resolve`; the
+query parameter `device` narrows pid and name matches to one adb serial.
+
+Errors are `{"error": message, ...}` with a status that says what happened: 400 bad request,
+401 missing or wrong token, 404 unknown target (with `candidates`), 409 ambiguous target (with
+`candidates`), 410 VmGone, 501 FeatureUnsupported, 502 DdmFailed (and any other
+VmRequestError), 504 RequestTimedOut, 500 for
+anything unexpected (logged as `control.request_failed`; the server keeps answering).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, cast
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+from hypercorn.typing import Framework
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ddmd import __version__
+from ddmd.errors import (
+    DdmdError,
+    FeatureUnsupported,
+    RequestTimedOut,
+    TargetError,
+    VmGone,
+    VmRequestError,
+)
+from ddmd.logs import Event, get_logger
+from ddmd.protocol.ddm import StackFrame, StackTrace
+from ddmd.protocol.heap import HeapImage, HeapSummary, Kind, Segment, Solidity
+from ddmd.registry import VmHandle, VmRegistry, VmSnapshot
+
+__all__ = ["API_PREFIX", "BearerTokenMiddleware", "create_app", "serve"]
+
+log = get_logger("ddmd.control")
+
+#: Logged once the socket listens (host, port). Not yet in `ddmd.logs.Event`.
+LISTENING = "control.listening"
+
+API_PREFIX = "/api/v1"
+
+#: DDM thread ids are u4 on the wire.
+_MAX_THREAD_ID = 0xFFFF_FFFF
+#: Order of the values in each compact run array of `?segments=1`.
+RUN_FIELDS = ("address", "units", "kind", "solidity")
+
+_ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _BadRequest(Exception):
+    """A request the API cannot make sense of (400)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON shapes
+
+
+def _threads_json(snapshot: VmSnapshot) -> list[dict[str, Any]] | None:
+    if snapshot.threads is None:
+        return None
+    return [t.to_json() for t in snapshot.threads]
+
+
+def _frame_json(frame: StackFrame) -> dict[str, Any]:
+    return {
+        "class_name": frame.class_name,
+        "method_name": frame.method_name,
+        "file_name": frame.file_name,
+        "line": frame.line,
+    }
+
+
+def _stack_json(trace: StackTrace) -> list[dict[str, Any]]:
+    return [_frame_json(f) for f in trace.frames]
+
+
+def _enum_name(value: int) -> str:
+    """`Kind.ARRAY_1` -> "array_1"; an undefined value (solidity 7) -> "7"."""
+    return value.name.lower() if isinstance(value, Kind | Solidity) else str(int(value))
+
+
+def _summary_json(summary: HeapSummary) -> dict[str, Any]:
+    return {
+        "heap_id": summary.heap_id,
+        "unit_size": summary.unit_size,
+        "segment_count": summary.segment_count,
+        "bytes_used": summary.bytes_used,
+        "bytes_free": summary.bytes_free,
+        "bytes_by_kind": {_enum_name(k): n for k, n in summary.bytes_by_kind},
+        "bytes_by_solidity": {_enum_name(s): n for s, n in summary.bytes_by_solidity},
+        "object_count": summary.object_count,
+        "largest_free_run": summary.largest_free_run,
+        "free_run_count": summary.free_run_count,
+        "fragmentation": summary.fragmentation,
+        "span": None if summary.span is None else list(summary.span),
+    }
+
+
+def _segment_json(segment: Segment) -> dict[str, Any]:
+    return {
+        "address": segment.address,
+        "end": segment.end,
+        "unit_size": segment.unit_size,
+        "units": segment.units,
+        "runs": [[r.address, r.units, int(r.kind), int(r.solidity)] for r in segment.runs()],
+    }
+
+
+def _image_json(image: HeapImage, *, segments: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "heap_id": image.heap_id,
+        "native": image.native,
+        "complete": image.complete,
+        "data_kind": None if image.data_kind is None else image.data_kind.name,
+        "summary": _summary_json(image.summary()),
+        "problems": [{"code": p.code.value, "message": p.message} for p in image.problems],
+    }
+    if segments:
+        out["segments"] = [_segment_json(s) for s in image.segments]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+
+
+def _error(status: int, message: str, *, allow: str | None = None, **extra: Any) -> JSONResponse:
+    headers = None if allow is None else {"Allow": allow}
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+def _leaf(exc: Exception) -> Exception:
+    """The one exception inside nested single-member groups (a nursery's wrapping), else exc."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _error_response(request: Request, exc: Exception) -> JSONResponse:
+    exc = _leaf(exc)
+    target = request.path_params.get("target")
+    where: dict[str, Any] = {} if target is None else {"target": target}
+    if isinstance(exc, TargetError):
+        # resolve() words an ambiguous match as "... matches several VMs".
+        status = 409 if "several" in exc.message else 404
+        return _error(status, exc.message, **where, candidates=list(exc.candidates))
+    if isinstance(exc, _BadRequest):
+        return _error(400, str(exc), **where)
+    if isinstance(exc, FeatureUnsupported):
+        return _error(501, str(exc), **where)
+    if isinstance(exc, RequestTimedOut):
+        return _error(504, str(exc), **where)
+    if isinstance(exc, VmGone):
+        return _error(410, str(exc), **where)
+    if isinstance(exc, VmRequestError):  # DdmFailed, or a future kind of failed request
+        return _error(502, str(exc), **where)
+    log.error(
+        Event.CONTROL_REQUEST_FAILED,
+        method=request.method,
+        path=request.url.path,
+        error=f"{type(exc).__name__}: {exc}",
+        exc_info=exc,
+    )
+    if isinstance(exc, DdmdError):
+        return _error(500, str(exc), **where)
+    return _error(
+        500, f"internal error ({type(exc).__name__}); see the daemon log for details", **where
+    )
+
+
+def _guarded(handler: Endpoint) -> Endpoint:
+    """Turn every exception of `handler` into a JSON error response, so none reaches hypercorn."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            return _error_response(request, exc)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (wrong method), as JSON like every other error."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse(
+        {"error": exc.detail}, status_code=exc.status_code, headers=dict(exc.headers or {})
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Authentication
+
+
+class BearerTokenMiddleware:
+    """Require `Authorization: Bearer TOKEN` on every HTTP request (pure ASGI middleware)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = b""
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    given = value
+                    break
+            if not hmac.compare_digest(given, self._expected):
+                message = (
+                    "wrong token in the Authorization header"
+                    if given
+                    else "this daemon requires 'Authorization: Bearer TOKEN' ([control] token)"
+                )
+                response = _error(401, message)
+                response.headers["WWW-Authenticate"] = 'Bearer realm="ddmd"'
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+# --------------------------------------------------------------------------------------------------
+# Endpoints
+
+
+class _Api:
+    def __init__(self, registry: VmRegistry, version: str) -> None:
+        self._registry = registry
+        self._version = version
+
+    def _resolve(self, request: Request) -> VmHandle:
+        target = request.path_params["target"]
+        device = request.query_params.get("device") or None
+        return self._registry.resolve(target, device=device)
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": self._version, "vms": len(self._registry)})
+
+    async def vms(self, request: Request) -> Response:
+        return JSONResponse([s.to_json() for s in self._registry.snapshots()])
+
+    async def vm(self, request: Request) -> Response:
+        snapshot = self._resolve(request).snapshot()
+        return JSONResponse({"vm": snapshot.to_json(), "threads": _threads_json(snapshot)})
+
+    async def threads(self, request: Request) -> Response:
+        handle = self._resolve(request)
+        try:
+            snapshot = await handle.refresh_threads()
+        except FeatureUnsupported:
+            snapshot = handle.snapshot()
+            supported = False
+        else:
+            # A VM without DDM may answer without error and still have no thread list.
+            supported = snapshot.threads is not None
+        return JSONResponse(
+            {"vm": snapshot.to_json(), "threads": _threads_json(snapshot), "supported": supported}
+        )
+
+    async def heap(self, request: Request) -> Response:
+        handle = self._resolve(request)
+        segments = _flag(request, "segments")
+        images = await handle.heap_segments() if segments else handle.last_heap_images()
+        snapshot = handle.snapshot()
+        body: dict[str, Any] = {
+            "vm": snapshot.to_json(),
+            "heaps": [h.to_json() for h in snapshot.heaps],
+            "images": [_image_json(i, segments=segments) for i in images],
+        }
+        if segments:
+            body["run_fields"] = list(RUN_FIELDS)
+            body["kinds"] = {str(int(k)): k.name.lower() for k in Kind}
+            body["solidities"] = {str(int(s)): s.name.lower() for s in Solidity}
+        return JSONResponse(body)
+
+    async def gc(self, request: Request) -> Response:
+        if request.method != "POST":
+            # Routed for every method: a GET would otherwise fall through to the bare VM route
+            # and come back as "no VM matches '.../gc'".
+            return _error(405, "Method Not Allowed", allow="POST")
+        handle = self._resolve(request)
+        await handle.cause_gc()
+        return JSONResponse({"vm": handle.snapshot().to_json(), "gc": "requested"})
+
+    async def stack(self, request: Request) -> Response:
+        raw = request.path_params["thread_id"]
+        if not raw.isdigit() or int(raw) > _MAX_THREAD_ID:
+            raise _BadRequest(f"thread id {raw!r} is not a number in 0..{_MAX_THREAD_ID}")
+        thread_id = int(raw)
+        handle = self._resolve(request)
+        trace = await handle.stack_trace(thread_id)
+        return JSONResponse(
+            {
+                "vm": handle.snapshot().to_json(),
+                "thread_id": thread_id,
+                "frames": _stack_json(trace),
+            }
+        )
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name)
+    if value is None:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise _BadRequest(f"query parameter {name}={value!r} is not one of 1/0, true/false")
+
+
+def create_app(
+    registry: VmRegistry,
+    *,
+    token: str = "",
+    version: str = __version__,
+    middleware: Sequence[Middleware] = (),
+) -> Starlette:
+    """The control API over `registry`. A non-empty `token` makes every request need it.
+
+    `middleware` runs outside the token check (first in the list is outermost), so later
+    browser-safety rules (Host/Origin checks) can reject a request before anything else.
+    """
+    api = _Api(registry, version)
+    vm = API_PREFIX + "/vms/{target:path}"
+    routes = [
+        Route(API_PREFIX + "/health", _guarded(api.health), methods=["GET"]),
+        Route(API_PREFIX + "/vms", _guarded(api.vms), methods=["GET"]),
+        # Sub-resources before the bare VM route: `{target:path}` would swallow them.
+        Route(vm + "/threads/{thread_id}/stack", _guarded(api.stack), methods=["GET"]),
+        Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
+        Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
+        Route(vm + "/gc", _guarded(api.gc), methods=_ALL_METHODS),  # see _Api.gc
+        Route(vm, _guarded(api.vm), methods=["GET"]),
+    ]
+    stack = list(middleware)
+    if token:
+        stack.append(Middleware(BearerTokenMiddleware, token=token))
+    return Starlette(
+        routes=routes,
+        middleware=stack,
+        exception_handlers={HTTPException: _http_exception},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Serving
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _parse_bound(bind: str) -> tuple[str, int]:
+    """hypercorn's "http://127.0.0.1:8710" or "http://[::1]:8710" -> (host, port)."""
+    address = bind.partition("://")[2]
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _first_leaf(group: BaseExceptionGroup[OSError]) -> OSError:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    assert isinstance(exc, OSError)
+    return exc
+
+
+async def serve(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    graceful_timeout: float = 3.0,
+) -> None:
+    """Serve `app` with hypercorn on host:port until cancelled or `shutdown_trigger` returns
+    (then open requests get `graceful_timeout` seconds to finish).
+
+    `task_status.started((host, port))` is called once the socket listens; port 0 reports the
+    port the system picked. A bind failure (port in use, address not available) is raised as
+    the plain `OSError`, not wrapped in an exception group, so the daemon can name the port.
+    """
+    config = hypercorn.config.Config()
+    config.bind = [_bind(host, port)]
+    config.accesslog = None
+    # A Logger instance: hypercorn adds no handler of its own and the records go to the root
+    # logger, which logs.configure() routes through structlog.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = graceful_timeout
+    try:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                partial(
+                    hypercorn.trio.serve,
+                    cast("Framework", app),  # Starlette's ASGI types are looser than hypercorn's
+                    config,
+                    shutdown_trigger=shutdown_trigger,
+                )
+            )
+            bound_host, bound_port = _parse_bound(binds[0])
+            log.info(LISTENING, host=bound_host, port=bound_port)
+            task_status.started((bound_host, bound_port))
+    except BaseExceptionGroup as group:
+        os_errors, rest = group.split(OSError)
+        if os_errors is not None and rest is None:
+            raise _first_leaf(os_errors) from None
+        raise

@@ -1,0 +1,36 @@
+"""Discovery: finds VMs and hands their open JDWP connections to the supervisor.
+
+Layer: imports protocol/ and config; no registry writes. Each discoverer is an
+``async run(send_channel)`` loop that sends ``VmFound`` (with the connection already past its
+JDWP handshake: the probe *is* the VM's one connection) and ``VmLost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+# Opens a fresh connection to the same VM (handshake done); returns the stream and any bytes
+# received after the handshake. Used to reconnect after a debugger leaves.
+Opener = Callable[[], Awaitable[tuple[trio.abc.Stream, bytes]]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VmFound:
+    vm_id: str
+    source: str  # "tcp" or "adb"
+    address: str
+    stream: trio.abc.Stream
+    leftover: bytes
+    opener: Opener
+    key: object  # what the discoverer uses to recognise this VM again (port, (serial, pid))
+    device: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VmLost:
+    vm_id: str
+    reason: str

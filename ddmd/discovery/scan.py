@@ -1,0 +1,168 @@
+"""Workstation discovery: probe a localhost port range for JDWP listeners.
+
+Layer: imports protocol/ and config. Every ``interval`` seconds each port of the range that has
+no VM yet is tried: connect and JDWP handshake, each under a timeout. A successful probe's
+connection is handed over as the VM's connection (a plain JVM accepts only one). A port whose
+listener is not JDWP (wrong handshake, silence, reset) is backed off exponentially up to
+``backoff_max`` and logged once, not at every scan. Refused connections are normal (nothing
+listens there) and are neither logged nor backed off.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+import trio
+
+from ddmd.config import Config
+from ddmd.discovery import VmFound
+from ddmd.logs import Event
+from ddmd.protocol.jdwp import HANDSHAKE
+
+log = structlog.get_logger("ddmd.scan")
+
+PROBE_CONCURRENCY = 16
+
+
+class NotJdwp(Exception):
+    """The listener answered, but not with a JDWP handshake."""
+
+
+async def open_jdwp(host: str, port: int, config: Config) -> tuple[trio.abc.Stream, bytes]:
+    """Connect and complete the JDWP handshake. Returns the stream and bytes after the echo.
+
+    Raises OSError when nothing accepts the connection, NotJdwp when the peer is not JDWP, and
+    trio.TooSlowError when connect or handshake exceed their timeouts.
+    """
+    with trio.fail_after(config.timeouts.connect):
+        stream = await trio.open_tcp_stream(host, port)
+    try:
+        with trio.fail_after(config.timeouts.handshake):
+            await stream.send_all(HANDSHAKE)
+            got = b""
+            while len(got) < len(HANDSHAKE):
+                data = await stream.receive_some(4096)
+                if not data:
+                    raise NotJdwp(f"closed after {len(got)} bytes of handshake")
+                got += data
+                if not HANDSHAKE.startswith(got[: len(HANDSHAKE)]):
+                    raise NotJdwp(f"answered {got[:32]!r} instead of the JDWP handshake")
+    except BaseException:
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            await stream.aclose()
+        raise
+    return stream, got[len(HANDSHAKE) :]
+
+
+@dataclass(slots=True)
+class _Backoff:
+    failures: int = 0
+    next_try: float = -math.inf
+
+
+class PortScanner:
+    """The scan loop. ``held`` tells which ports already have a VM (owned by the supervisor)."""
+
+    def __init__(self, config: Config, held: Callable[[], set[int]]) -> None:
+        self._config = config
+        self._held = held
+        self._backoff: dict[int, _Backoff] = {}
+        self.probes = 0
+
+    async def run(self, send: trio.MemorySendChannel[VmFound]) -> None:
+        cfg = self._config.scan
+        async with send:
+            while True:
+                await self.scan_once(send)
+                await trio.sleep(cfg.interval)
+
+    async def scan_once(self, send: trio.MemorySendChannel[VmFound]) -> None:
+        cfg = self._config.scan
+        held = self._held()
+        now = trio.current_time()
+        ports = [
+            p
+            for p in cfg.ports
+            if p not in held and self._backoff.get(p, _Backoff()).next_try <= now
+        ]
+        limiter = trio.CapacityLimiter(PROBE_CONCURRENCY)
+        async with trio.open_nursery() as nursery:
+            for port in ports:
+                nursery.start_soon(self._probe, cfg.host, port, send, limiter)
+
+    async def _probe(
+        self,
+        host: str,
+        port: int,
+        send: trio.MemorySendChannel[VmFound],
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        async with limiter:
+            self.probes += 1
+            try:
+                stream, leftover = await open_jdwp(host, port, self._config)
+            except OSError as exc:
+                # Nothing accepts connections there (refused), which is the normal case.
+                if not (exc.errno == errno.ECONNREFUSED or _all_refused(exc)):
+                    log.debug(Event.SCAN_PROBE_FAILED, port=port, error=str(exc))
+                return
+            except NotJdwp as exc:
+                self._not_jdwp(port, str(exc))
+                return
+            except trio.TooSlowError:
+                self._not_jdwp(port, "no JDWP handshake within the timeout")
+                return
+            except trio.BrokenResourceError as exc:
+                self._not_jdwp(port, f"connection reset during the handshake: {exc}")
+                return
+        if self._backoff.pop(port, None) is not None:
+            log.info(Event.SCAN_PORT_RECOVERED, port=port)
+
+        async def reopen() -> tuple[trio.abc.Stream, bytes]:
+            return await open_jdwp(host, port, self._config)
+
+        found = VmFound(
+            vm_id=f"tcp:{port}",
+            source="tcp",
+            address=f"{host}:{port}",
+            stream=stream,
+            leftover=leftover,
+            opener=reopen,
+            key=port,
+        )
+        try:
+            await send.send(found)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await stream.aclose()
+
+    def _not_jdwp(self, port: int, why: str) -> None:
+        state = self._backoff.setdefault(port, _Backoff())
+        if state.failures == 0:
+            log.warning(Event.SCAN_PORT_NOT_JDWP, port=port, reason=why)
+        state.failures += 1
+        delay = min(self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max)
+        state.next_try = trio.current_time() + delay
+
+    def backoff_of(self, port: int) -> float | None:
+        """Seconds until ``port`` is probed again, None when it is not backed off (tests)."""
+        state = self._backoff.get(port)
+        if state is None:
+            return None
+        return max(0.0, state.next_try - trio.current_time())
+
+
+def _all_refused(exc: OSError) -> bool:
+    # trio.open_tcp_stream raises an OSError whose __cause__ groups one error per address.
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        return all(
+            isinstance(e, OSError) and e.errno == errno.ECONNREFUSED for e in cause.exceptions
+        )
+    return False

@@ -1,0 +1,247 @@
+"""Logging: the one structlog + stdlib `logging` set-up, and the catalogue of event names.
+
+Layer: imported by everything above `protocol/` for `get_logger` and `Event`; `configure` is called
+once, by `cli`. Never imported by `ddmd.protocol`.
+
+Output goes to one stream (stdout unless told otherwise; systemd/journald keeps it):
+
+- JSON lines when the stream is not a terminal or ``fmt="json"``: ``{"ts": "...Z", "level":
+  "info", "event": "vm.found", "logger": "ddmd.discovery.scan", ...context}``, tracebacks as
+  structured data (without local variables).
+- structlog's ConsoleRenderer when the stream is a terminal or ``fmt="console"``.
+
+Stdlib log records (trio, hypercorn, httpx, adbutils) go through
+`structlog.stdlib.ProcessorFormatter`, so they come out in the same format. Event names are stable,
+dotted `noun.past_tense` strings listed in `Event`; log them as ``log.info(Event.VM_FOUND, vm=...)``
+and bind context once per actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from enum import StrEnum, unique
+from types import MappingProxyType
+from typing import Any, Final, TextIO, cast
+
+import structlog
+import structlog.tracebacks
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
+
+__all__ = ["FORMATS", "LEVELS", "Event", "configure", "get_logger", "reset"]
+
+LEVELS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "debug": logging.DEBUG,
+        "info": logging.INFO,
+        "warning": logging.WARNING,
+        "error": logging.ERROR,
+    }
+)
+FORMATS: Final = ("auto", "json", "console")
+
+# Third-party loggers that chatter at INFO/DEBUG; held at WARNING unless the level is debug.
+_NOISY_LOGGERS: Final = (
+    "adbutils",
+    "asyncio",
+    "h11",
+    "h2",
+    "hpack",
+    "httpcore",
+    "httpx",
+    "hypercorn",
+    "hypercorn.access",
+    "hypercorn.error",
+    "requests",
+    "trio",
+    "urllib3",
+)
+
+# The keys every JSON line starts with, in this order; the context follows.
+_LEADING_KEYS: Final = ("ts", "level", "event", "logger")
+
+
+@unique
+class Event(StrEnum):
+    """Every event name the daemon logs. A str, so ``log.info(Event.VM_FOUND)`` logs "vm.found"."""
+
+    # daemon lifecycle and configuration
+    DAEMON_STARTED = "daemon.started"
+    DAEMON_STOPPING = "daemon.stopping"
+    DAEMON_STOPPED = "daemon.stopped"
+    DAEMON_SIGNAL = "daemon.signal_received"
+    CONFIG_LOADED = "config.loaded"
+    CONFIG_DEFAULTS_USED = "config.defaults_used"
+    # listening ports
+    LISTENER_BOUND = "listener.bound"
+    LISTENER_CLOSED = "listener.closed"
+    LISTENER_PORT_IN_USE = "listener.port_in_use"
+    LISTENER_NON_LOOPBACK = "listener.non_loopback"
+    # discovery by port scan
+    SCAN_PROBE_FAILED = "scan.probe_failed"
+    SCAN_BACKOFF = "scan.backoff"
+    SCAN_PORT_NOT_JDWP = "scan.port_not_jdwp"
+    SCAN_PORT_RECOVERED = "scan.port_recovered"
+    # one VM's life
+    VM_FOUND = "vm.found"
+    VM_REJECTED = "vm.rejected"
+    VM_CONNECTED = "vm.connected"
+    VM_HANDSHAKE_TIMED_OUT = "vm.handshake_timed_out"
+    VM_HANDSHAKE_FAILED = "vm.handshake_failed"
+    VM_HELLO = "vm.hello"
+    VM_HELLO_FAILED = "vm.hello_failed"
+    VM_VERSION = "vm.version"
+    VM_IDENTIFIED = "vm.identified"
+    VM_PID_MISMATCH = "vm.pid_mismatch"
+    VM_RENAMED = "vm.renamed"
+    VM_APP_RENAMED = "vm.app_renamed"
+    VM_WAITING = "vm.waiting"
+    VM_WAITING_FOR_DEBUGGER = "vm.waiting_for_debugger"
+    VM_NOT_DDM = "vm.not_ddm"
+    VM_FEATURE_UNSUPPORTED = "vm.feature_unsupported"
+    VM_EVENT_DROPPED = "vm.event_dropped"
+    VM_PROTOCOL_ERROR = "vm.protocol_error"
+    VM_DISCONNECTED = "vm.disconnected"
+    VM_LOST = "vm.lost"
+    VM_CRASHED = "vm.crashed"
+    VM_RECONNECTING = "vm.reconnecting"
+    VM_RECONNECTED = "vm.reconnected"
+    # protocol trouble
+    DDM_CHUNK_UNKNOWN = "ddm.chunk_unknown"
+    DDM_CHUNK_MALFORMED = "ddm.chunk_malformed"
+    DDM_REPLY_UNKNOWN = "ddm.reply_unknown"
+    DDM_REQUEST_TIMED_OUT = "ddm.request_timed_out"
+    DDM_PUSH_IGNORED = "ddm.push_ignored"
+    JDWP_PROTOCOL_ERROR = "jdwp.protocol_error"
+    STREAM_CLOSE_FAILED = "stream.close_failed"
+    # debuggers
+    DEBUGGER_ATTACHED = "debugger.attached"
+    DEBUGGER_DETACHED = "debugger.detached"
+    DEBUGGER_REJECTED = "debugger.rejected"
+    DEBUGGER_HANDSHAKE_FAILED = "debugger.handshake_failed"
+    DEBUGGER_HANDSHAKE_TIMED_OUT = "debugger.handshake_timed_out"
+    DEBUGGER_REPLY_DROPPED = "debugger.reply_dropped"
+    DEBUGGER_SLOW_CONSUMER = "debugger.slow_consumer"
+    DEBUGGER_DISPOSE = "debugger.dispose"
+    # the current-VM port
+    CURRENT_CHANGED = "current.changed"
+    CURRENT_NONE = "current.none"
+    # monitoring
+    HEAP_INFO = "heap.info"
+    HEAP_DUMP_PROBLEM = "heap.dump_problem"
+    THREADS_UPDATED = "threads.updated"
+    # adb and Android devices
+    ADB_CONNECTED = "adb.connected"
+    ADB_UNAVAILABLE = "adb.unavailable"
+    ADB_LOST = "adb.lost"
+    DEVICE_ONLINE = "device.online"
+    DEVICE_OFFLINE = "device.offline"
+    DEVICE_VM_FOUND = "device.vm_found"
+    DEVICE_VM_GONE = "device.vm_gone"
+    # control API
+    CONTROL_STARTED = "control.started"
+    CONTROL_LISTENING = "control.listening"
+    CONTROL_REQUEST_FAILED = "control.request_failed"
+
+
+def get_logger(name: str | None = None, **initial_values: Any) -> FilteringBoundLogger:
+    """A structlog logger, configured at first use; `name` names its stdlib logger."""
+    if name is None:
+        return cast("FilteringBoundLogger", structlog.get_logger(**initial_values))
+    return cast("FilteringBoundLogger", structlog.get_logger(name, **initial_values))
+
+
+class _DdmdHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The root handler `configure` installs; its own class so that reconfiguring can replace it."""
+
+
+def _lead_keys(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """Put ts, level, event, logger first so JSON lines read the same way every time."""
+    ordered = {key: event_dict.pop(key) for key in _LEADING_KEYS if key in event_dict}
+    ordered.update(event_dict)
+    return ordered
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def configure(*, fmt: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
+    """Set up structlog and stdlib logging; call once per process (tests may call it again).
+
+    `fmt` is "auto" (console on a terminal, else JSON), "json" or "console"; `level` is one of
+    `LEVELS`; `stream` defaults to sys.stdout as it is now.
+    """
+    level_name = level.lower()
+    if level_name not in LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(LEVELS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"log format {fmt!r} is not one of {', '.join(FORMATS)}")
+    level_no = LEVELS[level_name]
+    out = sys.stdout if stream is None else stream
+    tty = _is_tty(out)
+    console = fmt == "console" or (fmt == "auto" and tty)
+
+    # Applied to every event: to structlog's before it becomes a LogRecord, to stdlib records in the
+    # formatter (foreign_pre_chain).
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+    ]
+    renderer: list[Processor]
+    if console:
+        renderer = [structlog.dev.ConsoleRenderer(colors=tty, timestamp_key="ts")]
+    else:
+        renderer = [
+            # dict_tracebacks without locals: they bloat every line and may hold secrets.
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            ),
+            _lead_keys,
+            structlog.processors.JSONRenderer(),
+        ]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+    )
+    handler = _DdmdHandler(out)
+    handler.setFormatter(formatter)
+
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _DdmdHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level_no)
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if level_no <= logging.DEBUG else logging.WARNING
+        )
+
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level_no),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        context_class=dict,
+        cache_logger_on_first_use=False,
+    )
+
+
+def reset() -> None:
+    """Undo `configure`: structlog's defaults, no ddmd handler on the root logger. For tests."""
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _DdmdHandler)]:
+        root.removeHandler(old)
+    root.setLevel(logging.WARNING)
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)

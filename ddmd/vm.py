@@ -1,0 +1,710 @@
+"""VmActor: owns one VM's JDWP connection and everything ddmd learns over it.
+
+Layer: imports protocol/, registry, errors, logs. It must not scan, read config files, or know
+about other VMs. One reader task per connection, one send lock, waiters per request id (the
+jeepney ReplyMatcher shape); every id written to the VM comes from this actor's IdRewriter.
+
+Lifecycle of one actor (``run``):
+
+    connection ─▶ HELO ──error reply──▶ not DDM: VirtualMachine.Version once, then only bridging
+                   │ reply / empty reply / timeout
+                   ▼
+                 FEAT, THEN 1, HPIF 3 (+ HPIF 1)   pushes handled in any order (APNM, WAIT, ...)
+                   ▼
+                 poll THST while observed, HPSG/HPGC/STKL on request
+
+A request that times out or gets a JDWP error marks its feature unsupported for this VM (logged
+once) and is not sent again; the rest keeps working. When the connection ends the actor ends and
+the supervisor drops the VM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+import trio
+
+from ddmd.config import Config
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
+from ddmd.logs import Event
+from ddmd.protocol import ddm
+from ddmd.protocol.errors import ProtocolError, RemoteProtocolError
+from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind
+from ddmd.protocol.idmap import IdRewriter
+from ddmd.protocol.jdwp import (
+    EOF,
+    NEED_DATA,
+    CommandPacket,
+    CommandSet,
+    ConnectionClosed,
+    ErrorCode,
+    Packet,
+    PacketDecoder,
+    ReplyPacket,
+    VirtualMachineCommand,
+    encode,
+)
+from ddmd.registry import HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
+
+log = structlog.get_logger("ddmd.vm")
+
+RECEIVE_SIZE = 65536
+THREAD_LEASE_SECONDS = 5.0
+
+# DDMS labels for THST status values (protocol.md 3.3).
+_STATE_LABELS = {
+    0: "zombie",
+    1: "running",
+    2: "timed-wait",
+    3: "monitor",
+    4: "wait",
+    5: "init",
+    6: "start",
+    7: "native",
+    8: "vmwait",
+    9: "suspended",
+}
+_DRAFT_LABELS = {
+    1: "running",
+    2: "sleeping",
+    3: "monitor",
+    4: "waiting",
+    5: "init",
+    6: "start",
+    7: "native",
+    8: "vmwait",
+}
+
+
+class _Self:
+    """The origin of ddmd's own requests in the id map."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ddmd"
+
+
+SELF = _Self()
+
+
+@dataclass(slots=True)
+class _Waiter:
+    event: trio.Event = field(default_factory=trio.Event)
+    reply: ReplyPacket | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VmStatistics:
+    packets_in: int
+    packets_out: int
+    bytes_in: int
+    bytes_out: int
+    requests_timed_out: int
+    outstanding: int
+
+
+class _Connection:
+    """One open JDWP stream to the VM: whole packets out under one lock; broken on failure."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.lock = trio.StrictFIFOLock()
+        self.broken = False
+
+    async def send(self, data: bytes) -> None:
+        if self.broken:
+            raise VmGone("the VM connection is closed")
+        async with self.lock:
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self.broken = True
+                raise VmGone(f"sending to the VM failed: {exc}") from exc
+            except BaseException:
+                # A cancelled send wrote an unknown part: the stream is no longer usable.
+                self.broken = True
+                raise
+
+
+Opener = Callable[[], Awaitable[tuple[trio.abc.Stream, bytes]]]
+
+
+class VmActor:
+    """The one owner of a VM connection. See the module docstring for its lifecycle."""
+
+    def __init__(
+        self,
+        *,
+        vm_id: str,
+        source: str,
+        address: str,
+        config: Config,
+        registry: VmRegistry,
+        device: str | None = None,
+        expected_pid: int | None = None,
+    ) -> None:
+        self._vm_id = vm_id
+        self._source = source
+        self._address = address
+        self._config = config
+        self._registry = registry
+        self._device = device
+        self._expected_pid = expected_pid
+        self._ids = IdRewriter()
+        self._waiters: dict[int, _Waiter] = {}
+        self._conn: _Connection | None = None
+        self._state = "connecting"
+        self._ddm: bool | None = None
+        self._pid: int | None = expected_pid
+        self._app: str | None = None
+        self._package: str | None = None
+        self._user_id: int | None = None
+        self._vm_ident: str | None = None
+        self._abi: str | None = None
+        self._jvm_flags: str | None = None
+        self._native_debuggable: bool | None = None
+        self._description: str | None = None
+        self._features: tuple[str, ...] = ()
+        self._unsupported: dict[str, str] = {}
+        self._waiting = False
+        self._threads: dict[int, ThreadSnapshot] = {}
+        self._threads_known = False
+        self._heaps: tuple[HeapInfoSnapshot, ...] = ()
+        self._assembler = HeapAssembler()
+        self._heap_images: tuple[HeapImage, ...] = ()
+        self._heap_dump_done = trio.Event()
+        self._thread_lease_until = -math.inf
+        self._thread_poll_wakeup = trio.Event()
+        self._connected_at: float | None = None
+        self._unknown_logged: set[int] = set()
+        self._packets_in = 0
+        self._packets_out = 0
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._timeouts = 0
+        self._log = log.bind(vm=vm_id)
+
+    # ------------------------------------------------------------------ public, sync
+
+    @property
+    def vm_id(self) -> str:
+        return self._vm_id
+
+    def snapshot(self) -> VmSnapshot:
+        threads: tuple[ThreadSnapshot, ...] | None = None
+        if self._threads_known:
+            threads = tuple(self._threads[k] for k in sorted(self._threads))
+        return VmSnapshot(
+            id=self._vm_id,
+            source=self._source,
+            address=self._address,
+            state=self._state,
+            ddm=self._ddm,
+            pid=self._pid,
+            app=self._app,
+            package=self._package,
+            user_id=self._user_id,
+            vm_ident=self._vm_ident,
+            abi=self._abi,
+            jvm_flags=self._jvm_flags,
+            native_debuggable=self._native_debuggable,
+            description=self._description,
+            features=self._features,
+            unsupported=tuple(sorted(self._unsupported)),
+            waiting_for_debugger=self._waiting,
+            threads=threads,
+            heaps=self._heaps,
+            device=self._device,
+            connected_at=self._connected_at,
+        )
+
+    def statistics(self) -> VmStatistics:
+        return VmStatistics(
+            self._packets_in,
+            self._packets_out,
+            self._bytes_in,
+            self._bytes_out,
+            self._timeouts,
+            len(self._ids),
+        )
+
+    def last_heap_images(self) -> tuple[HeapImage, ...]:
+        return self._heap_images
+
+    # ------------------------------------------------------------------ public, async
+
+    async def refresh_threads(self) -> VmSnapshot:
+        self._thread_lease_until = trio.current_time() + THREAD_LEASE_SECONDS
+        self._thread_poll_wakeup.set()
+        if self._ddm and "THST" not in self._unsupported:
+            with contextlib.suppress(FeatureUnsupported, RequestTimedOut):
+                await self._poll_threads_once()
+        return self.snapshot()
+
+    async def cause_gc(self) -> None:
+        self._require_ddm("HPGC")
+        await self._request(ddm.GcRequest(), feature="HPGC")
+
+    async def stack_trace(self, thread_id: int) -> ddm.StackTrace:
+        self._require_ddm("STKL")
+        chunks = await self._request(ddm.StackTraceRequest(thread_id), feature="STKL")
+        for chunk in chunks:
+            if isinstance(chunk, ddm.StackTrace):
+                return chunk
+        raise DdmFailed(f"the VM sent no stack trace for thread {thread_id}")
+
+    async def heap_segments(self) -> tuple[HeapImage, ...]:
+        self._require_ddm("HPSG")
+        self._heap_dump_done = trio.Event()
+        done = self._heap_dump_done
+        await self._request(ddm.HeapSegmentRequest(1, 0), feature="HPSG")
+        try:
+            await self._request(ddm.GcRequest(), feature="HPGC")
+            with trio.move_on_after(self._config.timeouts.ddm_request) as scope:
+                await done.wait()
+            if scope.cancelled_caught:
+                raise RequestTimedOut("no heap segment dump arrived after the GC")
+        finally:
+            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, VmGone, DdmFailed):
+                await self._request(ddm.HeapSegmentRequest(0, 0), feature="HPSG")
+        return self._heap_images
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(
+        self,
+        stream: trio.abc.Stream,
+        leftover: bytes = b"",
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> str:
+        """Serve one VM connection until it ends; returns the reason. Registers the VM."""
+        with structlog.contextvars.bound_contextvars(vm=self._vm_id):
+            self._registry.add(self)
+            task_status.started()
+            try:
+                return await self._session(stream, leftover)
+            finally:
+                self._registry.remove(self._vm_id)
+
+    async def _session(self, stream: trio.abc.Stream, leftover: bytes) -> str:
+        conn = _Connection(stream)
+        self._conn = conn
+        self._connected_at = time.time()
+        self._state = "identifying"
+        decoder = PacketDecoder(max_length=self._config.limits.max_packet_bytes)
+        if leftover:
+            decoder.receive_data(leftover)
+        self._log.info(Event.VM_CONNECTED, address=self._address, source=self._source)
+        reason = "closed"
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._identify)
+                nursery.start_soon(self._poll_threads_loop)
+                reason = await self._read_loop(stream, decoder)
+                nursery.cancel_scope.cancel()
+        finally:
+            conn.broken = True
+            self._conn = None
+            self._fail_waiters()
+            self._state = "disconnected"
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+            self._log.info(Event.VM_DISCONNECTED, reason=reason)
+        return reason
+
+    def _fail_waiters(self) -> None:
+        for waiter in self._waiters.values():
+            waiter.event.set()
+        self._waiters.clear()
+        self._ids.drop_origin(SELF)
+
+    async def _read_loop(self, stream: trio.abc.Stream, decoder: PacketDecoder) -> str:
+        while True:
+            try:
+                while True:
+                    event = decoder.next_event()
+                    if event is NEED_DATA:
+                        break
+                    if event is EOF or isinstance(event, ConnectionClosed):
+                        return "eof"
+                    if isinstance(event, CommandPacket | ReplyPacket):
+                        self._packets_in += 1
+                        self._bytes_in += event.length
+                        self._dispatch(event)
+            except RemoteProtocolError as exc:
+                self._log.warning(Event.VM_PROTOCOL_ERROR, error=str(exc))
+                return f"protocol error: {exc}"
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                return f"connection error: {exc}"
+            if not data:
+                decoder.receive_data(b"")
+            else:
+                decoder.receive_data(data)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, packet: Packet) -> None:
+        if isinstance(packet, ReplyPacket):
+            pending = self._ids.resolve(packet.id)
+            if pending is None:
+                self._log.info(Event.DDM_REPLY_UNKNOWN, id=packet.id, error=packet.error_code)
+                return
+            if pending.origin is SELF:
+                waiter = self._waiters.pop(packet.id, None)
+                if waiter is not None:
+                    waiter.reply = packet
+                    waiter.event.set()
+            return
+        if ddm.is_ddm(packet):
+            try:
+                chunks = ddm.chunks_of(packet, ddm.Direction.FROM_VM)
+            except ProtocolError as exc:
+                self._log.warning(Event.DDM_CHUNK_MALFORMED, error=str(exc), id=packet.id)
+                return
+            for chunk in chunks:
+                self._on_push(chunk)
+            return
+        # A JDWP event or other VM command: the debugger bridge routes these (next issue).
+        self._log.debug(
+            "vm.event_dropped", command_set=packet.command_set, command=packet.command
+        )
+
+    def _on_push(self, chunk: ddm.Chunk) -> None:  # noqa: C901 - one flat dispatch table
+        changed = True
+        if isinstance(chunk, ddm.AppName):
+            self._apply_names(chunk.app_name, chunk.package_name, chunk.user_id, renamed=True)
+        elif isinstance(chunk, ddm.WaitForDebugger):
+            if not self._waiting:
+                self._log.info(Event.VM_WAITING_FOR_DEBUGGER, reason=chunk.reason)
+            self._waiting = True
+        elif isinstance(chunk, ddm.ThreadCreated | ddm.ThreadRenamed):
+            old = self._threads.get(chunk.thread_id)
+            if old is None:
+                self._threads[chunk.thread_id] = ThreadSnapshot(chunk.thread_id, chunk.name)
+            else:
+                self._threads[chunk.thread_id] = replace(old, name=chunk.name)
+            self._threads_known = True
+        elif isinstance(chunk, ddm.ThreadDied):
+            self._threads.pop(chunk.thread_id, None)
+        elif isinstance(chunk, ddm.ThreadStatus | ddm.ThreadStatusDraft):
+            self._apply_thread_status(chunk)
+        elif isinstance(chunk, ddm.HeapInfo):
+            self._heaps = tuple(
+                HeapInfoSnapshot(
+                    h.heap_id,
+                    h.timestamp_ms,
+                    h.reason,
+                    h.max_size,
+                    h.size,
+                    h.bytes_allocated,
+                    h.objects_allocated,
+                )
+                for h in chunk.heaps
+            )
+        elif isinstance(chunk, ddm.HeapStart | ddm.NativeHeapStart):
+            native = isinstance(chunk, ddm.NativeHeapStart)
+            self._report_heap_problems(self._assembler.start(chunk.heap_id, native=native))
+            changed = False
+        elif isinstance(chunk, ddm.HeapSegment | ddm.HeapSegmentObjects | ddm.NativeHeapSegment):
+            kind = {
+                ddm.HeapSegment: SegmentKind.HPSG,
+                ddm.HeapSegmentObjects: SegmentKind.HPSO,
+                ddm.NativeHeapSegment: SegmentKind.NHSG,
+            }[type(chunk)]
+            self._report_heap_problems(
+                self._assembler.segment(
+                    kind,
+                    chunk.heap_id,
+                    chunk.unit_size,
+                    chunk.start,
+                    chunk.offset,
+                    chunk.units,
+                    chunk.usage,
+                )
+            )
+            changed = False
+        elif isinstance(chunk, ddm.HeapEnd | ddm.NativeHeapEnd):
+            native = isinstance(chunk, ddm.NativeHeapEnd)
+            image = self._assembler.end(chunk.heap_id, native=native)
+            self._report_heap_problems(image.problems)
+            if not native:
+                others = tuple(i for i in self._heap_images if i.heap_id != image.heap_id)
+                self._heap_images = (*others, image)
+                self._heap_dump_done.set()
+        elif isinstance(chunk, ddm.UnknownChunk):
+            if chunk.chunk_type not in self._unknown_logged:
+                self._unknown_logged.add(chunk.chunk_type)
+                self._log.info(
+                    Event.DDM_CHUNK_UNKNOWN,
+                    type=ddm.type_name(chunk.chunk_type),
+                    length=len(chunk.data),
+                )
+            changed = False
+        else:
+            self._log.debug("ddm.push_ignored", type=type(chunk).__name__)
+            changed = False
+        if changed:
+            self._registry.changed(self._vm_id)
+
+    def _report_heap_problems(self, problems: Any) -> None:
+        for problem in problems or ():
+            self._log.warning(Event.HEAP_DUMP_PROBLEM, problem=str(problem))
+
+    def _apply_names(
+        self, app: str | None, package: str | None, user_id: int | None, *, renamed: bool
+    ) -> None:
+        old = (self._app, self._package)
+        if app is not None and (app not in ("", "<pre-initialized>") or self._app is None):
+            self._app = app
+        if package is not None and (
+            package not in ("", "<pre-initialized>") or self._package is None
+        ):
+            self._package = package
+        if user_id is not None:
+            self._user_id = user_id
+        if renamed and (self._app, self._package) != old:
+            self._log.info(Event.VM_APP_RENAMED, app=self._app, package=self._package)
+
+    def _apply_thread_status(self, chunk: ddm.ThreadStatus | ddm.ThreadStatusDraft) -> None:
+        seen: dict[int, ThreadSnapshot] = {}
+        if isinstance(chunk, ddm.ThreadStatus):
+            for t in chunk.threads:
+                old = self._threads.get(t.thread_id)
+                seen[t.thread_id] = ThreadSnapshot(
+                    t.thread_id,
+                    old.name if old else "",
+                    status=t.status,
+                    state=_STATE_LABELS.get(t.status, str(t.status)),
+                    tid=t.tid,
+                    utime=t.utime,
+                    stime=t.stime,
+                    daemon=t.daemon,
+                )
+        else:
+            for d in chunk.threads:
+                old = self._threads.get(d.thread_id)
+                seen[d.thread_id] = ThreadSnapshot(
+                    d.thread_id,
+                    old.name if old else "",
+                    status=d.state,
+                    state=_DRAFT_LABELS.get(d.state, str(d.state)),
+                    suspended=d.suspended,
+                )
+        self._threads = seen
+        self._threads_known = True
+
+    # ------------------------------------------------------------------ requests
+
+    def _require_ddm(self, feature: str) -> None:
+        if self._ddm is False:
+            raise FeatureUnsupported(f"{self._vm_id} does not speak DDM, so it has no {feature}")
+        if self._conn is None:
+            raise VmGone(f"{self._vm_id} is not connected")
+        if feature in self._unsupported:
+            raise FeatureUnsupported(
+                f"{self._vm_id} does not support {feature}: {self._unsupported[feature]}"
+            )
+
+    def _mark_unsupported(self, feature: str, why: str) -> None:
+        if feature not in self._unsupported:
+            self._unsupported[feature] = why
+            self._log.info(Event.VM_FEATURE_UNSUPPORTED, feature=feature, reason=why)
+            self._registry.changed(self._vm_id)
+
+    async def _send_command(self, packet: CommandPacket) -> None:
+        conn = self._conn
+        if conn is None:
+            raise VmGone(f"{self._vm_id} is not connected")
+        data = encode(packet)
+        await conn.send(data)
+        self._packets_out += 1
+        self._bytes_out += len(data)
+
+    async def _raw_request(
+        self, command_set: int, command: int, data: bytes, *, timeout: float
+    ) -> ReplyPacket:
+        """Send one command of ddmd's own and wait for its reply (RequestTimedOut on silence)."""
+        deadline = trio.current_time() + timeout
+        vm_id = self._ids.allocate(SELF, 0, command_set, command, deadline)
+        waiter = _Waiter()
+        self._waiters[vm_id] = waiter
+        try:
+            await self._send_command(CommandPacket(vm_id, command_set, command, data))
+            with trio.move_on_at(deadline):
+                await waiter.event.wait()
+        finally:
+            self._waiters.pop(vm_id, None)
+            if waiter.reply is None:
+                self._ids.resolve(vm_id)
+        if waiter.reply is not None:
+            return waiter.reply
+        if self._conn is None:
+            raise VmGone(f"{self._vm_id} disconnected while waiting for a reply")
+        self._timeouts += 1
+        raise RequestTimedOut(f"{self._vm_id} did not answer within {timeout:g} s")
+
+    async def _request(self, chunk: ddm.Chunk, *, feature: str) -> tuple[ddm.Chunk, ...]:
+        """A DDM request; returns the reply's chunks (empty for an empty reply).
+
+        Timeouts and JDWP errors mark ``feature`` unsupported; FAIL raises DdmFailed.
+        """
+        if feature in self._unsupported:
+            raise FeatureUnsupported(
+                f"{self._vm_id} does not support {feature}: {self._unsupported[feature]}"
+            )
+        timeout = self._config.timeouts.ddm_request
+        packet = ddm.ddm_command(0, chunk)
+        try:
+            reply = await self._raw_request(
+                packet.command_set, packet.command, packet.data, timeout=timeout
+            )
+        except RequestTimedOut:
+            self._log.info(Event.DDM_REQUEST_TIMED_OUT, feature=feature, timeout=timeout)
+            self._mark_unsupported(feature, f"no reply within {timeout:g} s")
+            raise
+        if reply.error_code:
+            name = _error_name(reply.error_code)
+            self._mark_unsupported(feature, f"JDWP error {reply.error_code} ({name})")
+            raise FeatureUnsupported(
+                f"{self._vm_id} answered {feature} with JDWP error {reply.error_code} ({name})"
+            )
+        try:
+            chunks = ddm.chunks_of(reply, ddm.Direction.FROM_VM)
+        except ProtocolError as exc:
+            self._log.warning(Event.DDM_CHUNK_MALFORMED, feature=feature, error=str(exc))
+            raise DdmFailed(f"{self._vm_id} sent a malformed {feature} reply: {exc}") from exc
+        for c in chunks:
+            if isinstance(c, ddm.Fail):
+                raise DdmFailed(f"{feature} failed on {self._vm_id}: {c.message} (code {c.code})")
+        return chunks
+
+    # ------------------------------------------------------------------ identification
+
+    async def _identify(self) -> None:
+        try:
+            chunks = await self._request(ddm.HeloRequest(1), feature="HELO")
+        except FeatureUnsupported:
+            # A JDWP error to HELO: a VM without DDM (a plain JVM). Only now may ddmd send a
+            # non-DDM command, once, to learn its description.
+            self._ddm = False
+            self._log.info(Event.VM_NOT_DDM)
+            self._state = "ready"
+            self._registry.changed(self._vm_id)
+            await self._ask_version()
+            return
+        except RequestTimedOut:
+            # DDM VM without handlers, or a silent peer: keep it (still debuggable), but it
+            # gets no further DDM traffic from us beyond what a user asks for.
+            self._state = "ready"
+            self._registry.changed(self._vm_id)
+            return
+        except (DdmFailed, VmGone) as exc:
+            self._log.info(Event.VM_HELLO_FAILED, error=str(exc))
+            self._ddm = True
+            self._state = "ready"
+            return
+        self._ddm = True
+        for chunk in chunks:
+            if isinstance(chunk, ddm.HeloReply):
+                self._apply_hello(chunk)
+        self._state = "ready"
+        self._registry.changed(self._vm_id)
+        with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
+            feat = await self._request(ddm.FeatRequest(), feature="FEAT")
+            for chunk in feat:
+                if isinstance(chunk, ddm.FeatReply):
+                    self._features = chunk.features
+            self._registry.changed(self._vm_id)
+        with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
+            await self._request(ddm.ThreadNotify(True), feature="THEN")
+        if self._config.monitor.heap_info:
+            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
+                await self._request(ddm.HeapInfoRequest(3), feature="HPIF")
+                await self._request(ddm.HeapInfoRequest(1), feature="HPIF")
+
+    def _apply_hello(self, hello: ddm.HeloReply) -> None:
+        if self._expected_pid is not None and hello.pid != self._expected_pid:
+            self._log.warning("vm.pid_mismatch", expected=self._expected_pid, reported=hello.pid)
+        self._pid = hello.pid
+        self._vm_ident = hello.vm_ident
+        self._abi = hello.abi
+        self._jvm_flags = hello.jvm_flags
+        self._native_debuggable = hello.native_debuggable
+        self._apply_names(hello.app_name, hello.package_name, hello.user_id, renamed=False)
+        self._log.info(
+            Event.VM_HELLO,
+            pid=self._pid,
+            app=self._app,
+            package=self._package,
+            vm_ident=self._vm_ident,
+        )
+
+    async def _ask_version(self) -> None:
+        try:
+            reply = await self._raw_request(
+                CommandSet.VIRTUAL_MACHINE,
+                VirtualMachineCommand.VERSION,
+                b"",
+                timeout=self._config.timeouts.ddm_request,
+            )
+        except (RequestTimedOut, VmGone):
+            return
+        if reply.error_code == 0:
+            self._description = _read_jstring(reply.data)
+            self._log.info(Event.VM_VERSION, description=self._description)
+            self._registry.changed(self._vm_id)
+
+    # ------------------------------------------------------------------ thread polling
+
+    async def _poll_threads_once(self) -> None:
+        chunks = await self._request(ddm.ThreadStatusRequest(), feature="THST")
+        for chunk in chunks:
+            if isinstance(chunk, ddm.ThreadStatus | ddm.ThreadStatusDraft):
+                self._apply_thread_status(chunk)
+                self._registry.changed(self._vm_id)
+
+    def _observed(self) -> bool:
+        return (
+            self._config.monitor.always_poll_threads
+            or trio.current_time() < self._thread_lease_until
+        )
+
+    async def _poll_threads_loop(self) -> None:
+        interval = self._config.monitor.thread_poll_interval
+        while True:
+            if self._ddm and "THST" not in self._unsupported and self._observed():
+                with contextlib.suppress(RequestTimedOut, FeatureUnsupported, DdmFailed):
+                    await self._poll_threads_once()
+                await trio.sleep(interval)
+            else:
+                self._thread_poll_wakeup = trio.Event()
+                with trio.move_on_after(interval):
+                    await self._thread_poll_wakeup.wait()
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return "UNKNOWN"
+
+
+def _read_jstring(data: bytes) -> str | None:
+    if len(data) < 4:
+        return None
+    n = int.from_bytes(data[:4], "big")
+    if 4 + n > len(data):
+        return None
+    return data[4 : 4 + n].decode("utf-8", errors="replace")

@@ -1,0 +1,813 @@
+"""SimVm over real loopback sockets, checked with a minimal client built from ddmd.protocol.
+
+Every test runs under a ``trio.fail_after`` cap. No autojump clock here: real sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from ddmd.protocol.ddm import (
+    AppName,
+    Chunk,
+    ChunkType,
+    Dbgd,
+    Direction,
+    ExitRequest,
+    Fail,
+    FeatReply,
+    FeatRequest,
+    GcRequest,
+    HeapEnd,
+    HeapInfo,
+    HeapInfoRequest,
+    HeapSegment,
+    HeapSegmentObjects,
+    HeapSegmentRequest,
+    HeapStart,
+    HeloReply,
+    HeloRequest,
+    NativeHeapEnd,
+    NativeHeapSegmentRequest,
+    NativeHeapStart,
+    SegmentChunk,
+    StackTrace,
+    StackTraceRequest,
+    ThreadCreated,
+    ThreadDied,
+    ThreadNotify,
+    ThreadRenamed,
+    ThreadStatus,
+    ThreadStatusDraft,
+    ThreadStatusRequest,
+    UnknownChunk,
+    WaitForDebugger,
+    chunks_of,
+    ddm_command,
+)
+from ddmd.protocol.heap import HeapAssembler, Kind, SegmentKind, parse_segment_data
+from ddmd.protocol.jdwp import (
+    HANDSHAKE,
+    NEED_DATA,
+    CommandPacket,
+    ConnectionClosed,
+    ErrorCode,
+    IdSizes,
+    PacketDecoder,
+    ReplyPacket,
+    encode,
+)
+from ddmd.sim import PRE_INITIALIZED, SimConfig, SimVm, serve_many
+
+CAP = 10  # seconds: absolute cap on every test body
+
+QUIET = {"churn_interval": 0.0, "gc_interval": 0.0}  # nothing happens unless a test asks
+
+
+def cfg(**kw) -> SimConfig:
+    return SimConfig(**{**QUIET, "seed": 7, **kw})
+
+
+# --------------------------------------------------------------------------------------------
+# A minimal test client
+
+
+class Client:
+    """A debugger-side peer: handshake, send commands, read whole packets."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = PacketDecoder()
+        self.next_id = 0x40000001
+
+    @classmethod
+    async def connect(cls, port: int, *, handshake: bool = True) -> Client:
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        if handshake:
+            await client.stream.send_all(HANDSHAKE)
+            echo = b""
+            while len(echo) < len(HANDSHAKE):
+                data = await client.stream.receive_some(len(HANDSHAKE) - len(echo))
+                assert data, "connection closed during the handshake"
+                echo += data
+            assert echo == HANDSHAKE
+        return client
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def send(self, packet: CommandPacket | ReplyPacket) -> None:
+        await self.stream.send_all(encode(packet))
+
+    async def ddm(self, chunk: Chunk) -> int:
+        packet_id = self.next_id
+        self.next_id += 1
+        await self.send(ddm_command(packet_id, chunk))
+        return packet_id
+
+    async def command(self, command_set: int, command: int, data: bytes = b"") -> int:
+        packet_id = self.next_id
+        self.next_id += 1
+        await self.send(CommandPacket(packet_id, command_set, command, data))
+        return packet_id
+
+    async def packet(self) -> CommandPacket | ReplyPacket | None:
+        """The next packet, or None at EOF (a reset counts as EOF)."""
+        while True:
+            event = self.decoder.next_event()
+            if isinstance(event, ConnectionClosed):
+                return None
+            if event is not NEED_DATA:
+                assert isinstance(event, CommandPacket | ReplyPacket)
+                return event
+            try:
+                data = await self.stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                data = b""
+            self.decoder.receive_data(data)
+
+    async def until_reply(self, packet_id: int) -> tuple[list[Chunk], ReplyPacket]:
+        """Pushed chunks received before the reply to ``packet_id``, and that reply."""
+        pushes: list[Chunk] = []
+        while True:
+            packet = await self.packet()
+            assert packet is not None, f"EOF before the reply to 0x{packet_id:08x}"
+            if isinstance(packet, ReplyPacket):
+                assert packet.id == packet_id, f"reply 0x{packet.id:08x}, wanted 0x{packet_id:08x}"
+                return pushes, packet
+            assert packet.id & 0x80000000, f"push id 0x{packet.id:08x} lacks bit 31"
+            pushes.extend(chunks_of(packet, Direction.FROM_VM))
+
+    async def call(self, chunk: Chunk) -> tuple[list[Chunk], tuple[Chunk, ...]]:
+        """Send a DDM request; return (pushes before the reply, chunks of the reply)."""
+        pushes, reply = await self.until_reply(await self.ddm(chunk))
+        assert reply.error_code == 0
+        return pushes, chunks_of(reply, Direction.FROM_VM)
+
+    async def push(self) -> Chunk:
+        packet = await self.packet()
+        assert isinstance(packet, CommandPacket), packet
+        assert packet.id & 0x80000000
+        (chunk,) = chunks_of(packet, Direction.FROM_VM)
+        return chunk
+
+    async def expect_silence_then_helo(self, *ids: int) -> None:
+        """Prove no reply came for ``ids``: a HELO sent after them is answered first."""
+        helo = await self.ddm(HeloRequest(1))
+        packet = await self.packet()
+        assert isinstance(packet, ReplyPacket), packet
+        assert packet.id == helo, f"got a reply to 0x{packet.id:08x} (sent {ids})"
+
+
+@asynccontextmanager
+async def running(config: SimConfig) -> AsyncIterator[tuple[SimVm, int]]:
+    vm = SimVm(config)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(vm.run)
+        yield vm, port
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def session(config: SimConfig) -> AsyncIterator[tuple[SimVm, Client]]:
+    async with running(config) as (vm, port):
+        client = await Client.connect(port)
+        try:
+            yield vm, client
+        finally:
+            await client.aclose()
+
+
+async def connect_retrying(port: int) -> Client:
+    """The sim listens again a moment after a connection ends: retry briefly."""
+    while True:
+        try:
+            return await Client.connect(port)
+        except OSError:
+            await trio.sleep(0.01)
+
+
+# --------------------------------------------------------------------------------------------
+# Identity: HELO, FEAT, WAIT, APNM
+
+
+async def test_helo_shipped_has_all_five_trailers():
+    with trio.fail_after(CAP):
+        config = cfg(pid=4321, app_name="com.example.app:remote", package_name="com.example.app")
+        async with session(config) as (_, client):
+            pushes, (helo,) = await client.call(HeloRequest(1))
+    assert pushes == []
+    assert helo == HeloReply(
+        1,
+        4321,
+        "Dalvik v2.1.0",
+        "com.example.app:remote",
+        0,
+        "64-bit (x86_64)",
+        "CheckJNI=false",
+        False,
+        "com.example.app",
+    )
+
+
+async def test_helo_draft_has_no_trailers():
+    with trio.fail_after(CAP):
+        async with session(cfg(draft=True, pid=317)) as (_, client):
+            _, (helo,) = await client.call(HeloRequest(1))
+    assert helo == HeloReply(1, 317, "Dalvik v2.1.0", "com.example.sim")
+
+
+async def test_feat_lists_features():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (_, client):
+            _, (feat,) = await client.call(FeatRequest())
+    assert isinstance(feat, FeatReply)
+    assert "hprof-heap-dump" in feat.features
+    assert "view-hierarchy" in feat.features
+
+
+async def test_wait_is_pushed_before_the_helo_reply_until_a_debugger_attaches():
+    with trio.fail_after(CAP):
+        async with session(cfg(wait_for_debugger=True)) as (_, client):
+            pushes, (helo,) = await client.call(HeloRequest(1))
+            assert pushes == [WaitForDebugger(0)]
+            assert isinstance(helo, HeloReply)
+            # A non-DDM command is a debugger: the app stops waiting.
+            _, reply = await client.until_reply(await client.command(1, 7))
+            assert IdSizes.decode(reply.data) == IdSizes(8, 8, 8, 8, 8)
+            pushes, _ = await client.call(HeloRequest(1))
+            assert pushes == []
+
+
+async def test_push_wait_hook():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (vm, client):
+            await vm.push_wait()
+            assert await client.push() == WaitForDebugger(0)
+
+
+async def test_apnm_names_the_app_after_the_delay():
+    with trio.fail_after(CAP):
+        config = cfg(apnm_delay=0.2, app_name="com.example.app", package_name="com.example.app")
+        async with session(config) as (vm, client):
+            _, (helo,) = await client.call(HeloRequest(1))
+            assert isinstance(helo, HeloReply)
+            assert helo.app_name == PRE_INITIALIZED
+            assert helo.package_name == PRE_INITIALIZED
+            assert await client.push() == AppName("com.example.app", 0, "com.example.app")
+            _, (helo,) = await client.call(HeloRequest(1))
+            assert isinstance(helo, HeloReply)
+            assert helo.app_name == "com.example.app"
+            await vm.rename("com.example.other", "com.example.otherpkg")
+            assert await client.push() == AppName("com.example.other", 0, "com.example.otherpkg")
+
+
+async def test_apnm_draft_carries_the_name_only():
+    with trio.fail_after(CAP):
+        async with session(cfg(draft=True)) as (vm, client):
+            await vm.rename("com.example.draft")
+            assert await client.push() == AppName("com.example.draft")
+
+
+# --------------------------------------------------------------------------------------------
+# Threads
+
+
+async def test_then_bursts_thcr_before_the_empty_reply_then_pushes_churn():
+    with trio.fail_after(CAP):
+        async with session(cfg(threads=8, pid=500)) as (vm, client):
+            pushes, chunks = await client.call(ThreadNotify(True))
+            assert chunks == ()
+            assert all(isinstance(p, ThreadCreated) for p in pushes)
+            names = {p.thread_id: p.name for p in pushes if isinstance(p, ThreadCreated)}
+            assert len(names) == 8
+            assert names[1] == "main"
+            assert "Binder:500_1" in names.values()
+            assert vm.statistics().thread_notify
+            seen: set[type] = set()
+            for _ in range(40):
+                await vm.churn()  # every churn event is pushed while THEN is on
+                chunk = await client.push()
+                seen.add(type(chunk))
+                if isinstance(chunk, ThreadCreated):
+                    assert chunk.thread_id not in names
+                    names[chunk.thread_id] = chunk.name
+                elif isinstance(chunk, ThreadDied):
+                    assert names.pop(chunk.thread_id)
+                else:
+                    assert isinstance(chunk, ThreadRenamed)
+                    assert chunk.thread_id in names
+                    names[chunk.thread_id] = chunk.name
+            assert seen == {ThreadCreated, ThreadDied, ThreadRenamed}
+            # THST agrees with the notifications
+            _, (status,) = await client.call(ThreadStatusRequest())
+            assert isinstance(status, ThreadStatus)
+            assert {t.thread_id for t in status.threads} == set(names)
+            # THEN off: churn is no longer pushed
+            _, chunks = await client.call(ThreadNotify(False))
+            await vm.churn()
+            await client.expect_silence_then_helo()
+
+
+async def test_thst_shipped_layout_with_art_states_and_growing_cpu_times():
+    with trio.fail_after(CAP):
+        async with session(cfg(threads=12, pid=900)) as (_, client):
+            reply_id = await client.ddm(ThreadStatusRequest())
+            _, reply = await client.until_reply(reply_id)
+            data = reply.data[8:]
+            assert struct.unpack(">4sI", reply.data[:8]) == (b"THST", len(data))
+            assert (data[0], data[1]) == (4, 18)  # header length, bytes per entry
+            assert len(data) == 4 + 12 * 18
+            (first,) = chunks_of(reply, Direction.FROM_VM)  # rule T
+            assert isinstance(first, ThreadStatus)
+            assert len(first.threads) == 12
+            main = first.threads[0]
+            assert (main.thread_id, main.tid, main.daemon) == (1, 900, False)
+            assert all(0 <= t.status <= 4 for t in first.threads)  # ART: 0-4 only
+            assert len({t.tid for t in first.threads}) == 12
+            await trio.sleep(0.5)  # CPU time is a function of wall time
+            _, (second,) = await client.call(ThreadStatusRequest())
+            assert isinstance(second, ThreadStatus)
+            total = 0
+            for a, b in zip(first.threads, second.threads, strict=True):
+                assert a.thread_id == b.thread_id
+                assert b.utime >= a.utime
+                assert b.stime >= a.stime
+                total += b.utime - a.utime
+            assert total > 0
+
+
+async def test_thst_dalvik_states():
+    with trio.fail_after(CAP):
+        async with session(cfg(vm_ident="Dalvik v1.6.0")) as (_, client):
+            _, (status,) = await client.call(ThreadStatusRequest())
+    assert isinstance(status, ThreadStatus)
+    values = {t.thread_id: t.status for t in status.threads}
+    assert values[2] == 8  # Signal Catcher: vmwait, a Dalvik-only value
+    assert all(0 <= v <= 9 for v in values.values())
+
+
+async def test_thst_draft_layout():
+    with trio.fail_after(CAP):
+        async with session(cfg(draft=True, threads=5)) as (_, client):
+            _, (status,) = await client.call(ThreadStatusRequest(interval=0))
+    assert isinstance(status, ThreadStatusDraft)
+    assert [t.thread_id for t in status.threads] == [1, 2, 3, 4, 5]
+    assert all(1 <= t.state <= 8 for t in status.threads)
+
+
+async def test_stkl_for_a_live_thread_and_fail_for_a_dead_one():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (_, client):
+            _, (trace,) = await client.call(StackTraceRequest(1))
+            _, (fail,) = await client.call(StackTraceRequest(999))
+    assert isinstance(trace, StackTrace)
+    assert trace.thread_id == 1
+    assert trace.frames[0].method_name == "nativePollOnce"
+    assert trace.frames[0].line == -2
+    assert trace.frames[-1].class_name == "com.android.internal.os.ZygoteInit"
+    assert fail == Fail(1, "Stack trace unavailable")
+
+
+# --------------------------------------------------------------------------------------------
+# Heap
+
+
+async def test_hpif_now_pushes_before_the_empty_reply():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=8)) as (_, client):
+            pushes, chunks = await client.call(HeapInfoRequest(1))
+    assert chunks == ()
+    (info,) = pushes
+    assert isinstance(info, HeapInfo)
+    (heap,) = info.heaps
+    assert (heap.heap_id, heap.reason, heap.size) == (1, 1, 8 << 20)
+    assert 0 < heap.bytes_allocated <= heap.size <= heap.max_size
+    assert heap.objects_allocated > 0
+
+
+async def test_hpif_draft_answers_in_the_reply():
+    with trio.fail_after(CAP):
+        async with session(cfg(draft=True)) as (_, client):
+            pushes, (info,) = await client.call(HeapInfoRequest(1))
+    assert pushes == []
+    assert isinstance(info, HeapInfo)
+
+
+async def test_hpif_next_gc_is_one_shot():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (vm, client):
+            assert await client.call(HeapInfoRequest(2)) == ([], ())
+            await vm.force_gc()
+            info = await client.push()
+            assert isinstance(info, HeapInfo)
+            assert info.heaps[0].reason == 2
+            await vm.force_gc()
+            await client.expect_silence_then_helo()
+
+
+async def test_hpif_every_gc_and_hpgc():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (vm, client):
+            assert await client.call(HeapInfoRequest(3)) == ([], ())
+            for _ in range(2):
+                await vm.force_gc()
+                info = await client.push()
+                assert isinstance(info, HeapInfo)
+                assert info.heaps[0].reason == 3
+            pushes, chunks = await client.call(GcRequest())  # HPGC: GC first, then the reply
+            assert chunks == ()
+            assert [type(p) for p in pushes] == [HeapInfo]
+            assert await client.call(HeapInfoRequest(0)) == ([], ())
+            await vm.force_gc()
+            await client.expect_silence_then_helo()
+            assert vm.statistics().gcs == 4
+
+
+async def test_bad_hpif_and_hpsg_values_fail():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (_, client):
+            _, (a,) = await client.call(HeapInfoRequest(7))
+            _, (b,) = await client.call(HeapSegmentRequest(1, 5))
+    assert isinstance(a, Fail)
+    assert a.code == 1
+    assert isinstance(b, Fail)
+    assert b.code == 1
+
+
+async def collect_dump(client: Client) -> list[Chunk]:
+    chunks = [await client.push()]
+    assert chunks[0] == HeapStart(1)
+    while not isinstance(chunks[-1], HeapEnd):
+        chunks.append(await client.push())
+    assert chunks[-1] == HeapEnd(1)
+    return chunks
+
+
+def check_dump(chunks: list[Chunk], kind: SegmentKind, heap_mb: int, *, draft: bool = False):
+    segments = [c for c in chunks[1:-1] if isinstance(c, SegmentChunk)]
+    assert len(segments) == len(chunks) - 2
+    assert segments
+    assembler = HeapAssembler()
+    assembler.start(1)
+    expected_address = 0x12C00000
+    for seg in segments:
+        assert seg.chunk_type == kind
+        data = seg.encode_data()
+        assert 8 + len(data) <= 16368  # shipped chunk cap
+        parsed = parse_segment_data(data)  # protocol.md 4.3, exactly
+        assert parsed.unit_size == 8
+        if draft:
+            assert parsed.start == 0x12C00000
+        else:
+            assert parsed.offset == 0  # each piece has its own start address
+        assert parsed.address == expected_address
+        expected_address = parsed.end
+        assert parsed.usage[-2] & 0x07 != 0  # no free space at the end of a piece
+        problems = assembler.segment(
+            kind, seg.heap_id, seg.unit_size, seg.start, seg.offset, seg.units, seg.usage
+        )
+        assert problems == ()
+    image = assembler.end(1)
+    assert image.complete
+    assert image.problems == ()
+    summary = image.summary()
+    assert summary.bytes_used + summary.bytes_free == heap_mb << 20
+    assert 0 < summary.bytes_free < summary.bytes_used
+    assert summary.free_run_count > 1
+    assert {k for k, _ in summary.bytes_by_kind} == {
+        Kind.OBJECT,
+        Kind.CLASS_OBJECT,
+        Kind.ARRAY_1,
+        Kind.ARRAY_2,
+        Kind.ARRAY_4,
+        Kind.ARRAY_8,
+    }
+    usage = b"".join(s.usage for s in segments)
+    assert any(state & 0x80 for state in usage[0::2])  # runs > 256 units are split with P
+    assert image.spans() == ((0x12C00000, 0x12C00000 + (heap_mb << 20)),)
+    return summary, usage
+
+
+async def test_hpsg_dump_sequence_is_valid_and_varies_lightly_between_gcs():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=4)) as (vm, client):
+            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            await vm.force_gc()
+            first, usage1 = check_dump(await collect_dump(client), SegmentKind.HPSG, 4)
+            await vm.force_gc()
+            second, usage2 = check_dump(await collect_dump(client), SegmentKind.HPSG, 4)
+            assert usage1 != usage2
+            assert len(usage1) == len(usage2)
+            assert abs(first.bytes_used - second.bytes_used) < (4 << 20) // 20
+            assert await client.call(HeapSegmentRequest(0, 0)) == ([], ())
+            await vm.force_gc()
+            await client.expect_silence_then_helo()
+
+
+async def test_hpso_and_native_dumps():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=2)) as (_, client):
+            assert await client.call(HeapSegmentRequest(1, 1)) == ([], ())
+            assert await client.call(NativeHeapSegmentRequest(1, 0)) == ([], ())
+            pushes, chunks = await client.call(GcRequest())
+            assert chunks == ()
+            assert pushes[-2:] == [NativeHeapStart(1), NativeHeapEnd(1)]  # ART: nothing between
+            summary, _ = check_dump(pushes[:-2], SegmentKind.HPSO, 2)
+            assert all(isinstance(p, HeapSegmentObjects) for p in pushes[1:-3])
+            assert summary.object_count
+            assert summary.object_count > 1000
+            assert await client.call(NativeHeapSegmentRequest(0, 1)) == ([], ())
+
+
+async def test_draft_heap_pieces_share_the_start_address():
+    with trio.fail_after(CAP):
+        async with session(cfg(draft=True, heap_mb=2)) as (vm, client):
+            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            await vm.force_gc()
+            chunks = await collect_dump(client)
+    assert all(isinstance(c, HeapSegment) for c in chunks[1:-1])
+    check_dump(chunks, SegmentKind.HPSG, 2, draft=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Flavors and odd requests
+
+
+async def test_art_answers_dbgd_unknown_and_malformed_with_an_empty_reply():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (_, client):
+            assert await client.call(Dbgd()) == ([], ())
+            assert await client.call(UnknownChunk(0x51525354, b"xyz")) == ([], ())
+            bad = await client.command(199, 1, struct.pack(">4sI", b"HELO", 99) + b"\0\0\0\1")
+            _, reply = await client.until_reply(bad)
+            assert (reply.error_code, reply.data) == (0, b"")
+            short = await client.command(199, 1, b"HEL")
+            _, reply = await client.until_reply(short)
+            assert (reply.error_code, reply.data) == (0, b"")
+
+
+async def test_modern_flavor_is_silent_except_for_identity():
+    with trio.fail_after(CAP):
+        async with session(cfg(flavor="modern")) as (vm, client):
+            _, (helo,) = await client.call(HeloRequest(1))
+            assert isinstance(helo, HeloReply)
+            _, (feat,) = await client.call(FeatRequest())
+            assert isinstance(feat, FeatReply)
+            ids = [
+                await client.ddm(chunk)
+                for chunk in (
+                    ThreadNotify(True),
+                    ThreadStatusRequest(),
+                    StackTraceRequest(1),
+                    HeapInfoRequest(1),
+                    HeapSegmentRequest(1, 0),
+                    NativeHeapSegmentRequest(0, 1),
+                    GcRequest(),
+                    Dbgd(),
+                    UnknownChunk(0x51525354, b""),
+                )
+            ]
+            await client.expect_silence_then_helo(*ids)  # not even the HPIF push came
+            await vm.rename("com.example.renamed")  # APNM pushes still work
+            assert isinstance(await client.push(), AppName)
+            # A non-DDM command loads the agent: unhandled DDM now gets empty replies.
+            _, reply = await client.until_reply(await client.command(1, 7))
+            assert reply.error_code == 0
+            assert await client.call(ThreadStatusRequest()) == ([], ())
+
+
+async def test_reply_packets_from_the_client_are_dropped():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (_, client):
+            await client.send(ReplyPacket(0x80000001, 0, b""))
+            await client.send(ReplyPacket(5, 99, b""))
+            await client.expect_silence_then_helo()
+
+
+async def test_push_ids_have_bit_31_and_increase():
+    with trio.fail_after(CAP):
+        async with session(cfg()) as (vm, client):
+            ids = []
+            for _ in range(3):
+                await vm.push_wait()
+                packet = await client.packet()
+                assert isinstance(packet, CommandPacket)
+                ids.append(packet.id)
+    assert all(i & 0x80000000 for i in ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Plain JDWP
+
+
+async def test_jdwp_basics_unknown_commands_and_dispose():
+    with trio.fail_after(CAP):
+        async with running(cfg(threads=3)) as (vm, port):
+            client = await Client.connect(port)
+            _, reply = await client.until_reply(await client.command(1, 1))  # Version
+            (size,) = struct.unpack_from(">I", reply.data)
+            assert reply.data[4 : 4 + size].startswith(b"Android DalvikVM")
+            _, reply = await client.until_reply(await client.command(1, 4))  # AllThreads
+            count, *objects = struct.unpack(">i3Q", reply.data)
+            assert count == 3
+            _, reply = await client.until_reply(
+                await client.command(11, 1, struct.pack(">Q", objects[0]))
+            )
+            assert reply.data == struct.pack(">I", 4) + b"main"
+            _, reply = await client.until_reply(await client.command(11, 1, struct.pack(">Q", 999)))
+            assert reply.error_code == ErrorCode.INVALID_THREAD
+            assert reply.data == b""
+            _, reply = await client.until_reply(await client.command(1, 99))
+            assert (reply.error_code, reply.data) == (ErrorCode.NOT_IMPLEMENTED, b"")
+            _, reply = await client.until_reply(await client.command(15, 1, b"\x08\x00" + bytes(4)))
+            assert reply.error_code == 0
+            assert len(reply.data) == 4
+            _, reply = await client.until_reply(await client.command(1, 6))  # Dispose
+            assert (reply.error_code, reply.data) == (0, b"")
+            assert await client.packet() is None  # then the VM closes the connection
+            await client.aclose()
+            again = await connect_retrying(port)
+            await again.expect_silence_then_helo()
+            await again.aclose()
+            assert vm.connections_accepted == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Connections
+
+
+async def test_second_connection_is_refused_while_one_is_open():
+    with trio.fail_after(CAP):
+        async with running(cfg()) as (vm, port):
+            first = await Client.connect(port)
+            with pytest.raises(OSError):
+                await trio.open_tcp_stream("127.0.0.1", port)
+            await first.expect_silence_then_helo()
+            await first.aclose()
+            second = await connect_retrying(port)
+            await second.expect_silence_then_helo()
+            await second.aclose()
+            assert vm.connections_accepted == 2
+            assert vm.port == port
+
+
+async def test_exit_stops_the_vm():
+    with trio.fail_after(CAP):
+        vm = SimVm(cfg())
+        stopped = trio.Event()
+
+        async def run_vm(task_status=trio.TASK_STATUS_IGNORED):
+            await vm.run(task_status=task_status)
+            stopped.set()
+
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(run_vm)
+            client = await Client.connect(port)
+            await client.ddm(ExitRequest(3))
+            assert await client.packet() is None  # no reply: the VM halts
+            await stopped.wait()
+            await client.aclose()
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream("127.0.0.1", port)
+        stats = vm.statistics()
+        assert stats.exited
+        assert not stats.listening
+
+
+async def test_jdwp_exit_replies_then_stops():
+    with trio.fail_after(CAP):
+        vm = SimVm(cfg())
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(vm.run)
+            client = await Client.connect(port)
+            _, reply = await client.until_reply(await client.command(1, 10, struct.pack(">i", 0)))
+            assert reply.error_code == 0
+            assert await client.packet() is None
+            await client.aclose()
+        assert vm.statistics().exited
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"JDWP-Handshakx", id="bad-handshake"),
+        pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http"),
+    ],
+)
+async def test_bad_handshake_closes_and_the_sim_keeps_serving(garbage):
+    with trio.fail_after(CAP):
+        async with running(cfg()) as (vm, port):
+            bad = await Client.connect(port, handshake=False)
+            await bad.stream.send_all(garbage)
+            assert await bad.packet() is None
+            await bad.aclose()
+            good = await connect_retrying(port)
+            await good.expect_silence_then_helo()
+            await good.aclose()
+            assert vm.connections_accepted == 2
+
+
+async def test_bad_packet_length_closes_and_the_sim_keeps_serving():
+    with trio.fail_after(CAP):
+        async with running(cfg()) as (_vm, port):
+            bad = await Client.connect(port)
+            await bad.stream.send_all(struct.pack(">IIBBB", 7, 1, 0, 1, 1))  # length < 11
+            assert await bad.packet() is None
+            await bad.aclose()
+            flags = await connect_retrying(port)
+            await flags.stream.send_all(struct.pack(">IIBBB", 11, 1, 0x42, 1, 1))  # bad flags
+            assert await flags.packet() is None
+            await flags.aclose()
+            good = await connect_retrying(port)
+            await good.expect_silence_then_helo()
+            await good.aclose()
+
+
+async def test_handshake_deadline():
+    with trio.fail_after(CAP):
+        async with running(cfg(handshake_timeout=0.2)) as (_, port):
+            silent = await Client.connect(port, handshake=False)
+            assert await silent.packet() is None  # closed after the deadline
+            await silent.aclose()
+            good = await connect_retrying(port)
+            await good.aclose()
+
+
+async def test_client_vanishing_mid_dump_does_not_hurt_the_sim():
+    with trio.fail_after(CAP):
+        async with running(cfg(heap_mb=16)) as (vm, port):
+            client = await Client.connect(port)
+            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            await client.aclose()
+            await vm.force_gc()  # pushes into a closed connection: dropped quietly
+            good = await connect_retrying(port)
+            await good.expect_silence_then_helo()
+            await good.aclose()
+
+
+async def test_serve_many_runs_every_vm():
+    with trio.fail_after(CAP):
+        configs = [cfg(pid=1000 + i, app_name=f"com.example.app{i}") for i in range(5)]
+        async with trio.open_nursery() as nursery:
+            vms = await nursery.start(serve_many, configs)
+            assert len({vm.port for vm in vms}) == 5
+            for i, vm in enumerate(vms):
+                client = await Client.connect(vm.port)
+                _, (helo,) = await client.call(HeloRequest(1))
+                assert isinstance(helo, HeloReply)
+                assert (helo.pid, helo.app_name) == (1000 + i, f"com.example.app{i}")
+                await client.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_periodic_gc_and_churn_run_by_themselves():
+    with trio.fail_after(CAP):
+        config = cfg(gc_interval=0.05, churn_interval=0.05)
+        async with session(config) as (vm, client):
+            await client.call(ThreadNotify(True))
+            await client.call(HeapInfoRequest(3))
+            seen: set[int] = set()
+            while not {ChunkType.HPIF, ChunkType.THCR} <= seen:
+                seen.add((await client.push()).chunk_type)
+            assert vm.statistics().gcs >= 1
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI command, as a real process
+
+
+async def test_cli_prints_one_line_per_vm_and_exits_0_on_sigterm():
+    with trio.fail_after(CAP):
+        code = "from ddmd.sim import sim_command; sim_command()"
+        args = [sys.executable, "-c", code, "--port", "0", "--count", "2", "--app", "com.ex.cli"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        async with await trio.lowlevel.open_process(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        ) as proc:
+            assert proc.stdout is not None
+            text = b""
+            while text.count(b"\n") < 2 or text.count(b"listening on") < 2:
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, text
+                text += chunk
+            lines = [ln for ln in text.decode().splitlines() if ln.startswith("sim VM")]
+            assert lines[0].startswith("sim VM pid=4242 app=com.ex.cli1 listening on 127.0.0.1:")
+            assert lines[1].startswith("sim VM pid=4249 app=com.ex.cli2 listening on 127.0.0.1:")
+            port = int(lines[0].rsplit(":", 1)[1])
+            client = await Client.connect(port)
+            await client.expect_silence_then_helo()
+            await client.aclose()
+            proc.send_signal(signal.SIGTERM)
+            assert await proc.wait() == 0

@@ -1,0 +1,497 @@
+"""The client commands, driven by click's CliRunner against the in-process app (transport seam)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import click
+import httpx
+import pytest
+import trio
+from click.testing import CliRunner, Result
+
+from ddmd import cli_client
+from ddmd.cli_client import (
+    COMMANDS,
+    EXIT_API_ERROR,
+    EXIT_NO_DAEMON,
+    EXIT_TARGET,
+    clients,
+    format_frame,
+    gc,
+    heap,
+    stack,
+    threads,
+)
+from ddmd.control import create_app
+
+from .fakes import FakeVm, make_registry, standard_vms
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(monkeypatch, tmp_path):
+    """Never read the developer's own ~/.config/ddmd/config.toml."""
+    monkeypatch.delenv("DDMD_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+@pytest.fixture
+def vms() -> dict[str, FakeVm]:
+    return standard_vms()
+
+
+def route_to_app(monkeypatch, vms: dict[str, FakeVm], *, token: str = "") -> None:
+    app = create_app(make_registry(*vms.values()), token=token)
+    monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.ASGITransport(app=app))
+
+
+@pytest.fixture
+def api(monkeypatch, vms) -> dict[str, FakeVm]:
+    route_to_app(monkeypatch, vms)
+    return vms
+
+
+def invoke(command: click.Command, *args: str) -> Result:
+    return CliRunner().invoke(command, list(args), catch_exceptions=False)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_json(vms: dict[str, FakeVm], method: str, path: str) -> object:
+    """What the API itself answers, for comparing with --json."""
+
+    async def main() -> object:
+        app = create_app(make_registry(*vms.values()))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as c:
+            return (await c.request(method, path)).json()
+
+    return trio.run(main)
+
+
+def test_commands_list():
+    assert [c.name for c in COMMANDS] == ["clients", "threads", "heap", "gc", "stack"]
+    for command in COMMANDS:
+        names = {p.name for p in command.params}
+        assert {"config_file", "control", "device", "as_json"} <= names
+
+
+# ------------------------------------------------------------------------------ clients
+
+
+def test_clients_table(api):
+    result = invoke(clients)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == [
+        "ID",
+        "PID",
+        "APP/PACKAGE",
+        "VM",
+        "DDM",
+        "WAIT",
+        "THREADS",
+        "PORT",
+        "DEBUGGER",
+        "CURRENT",
+    ]
+    assert len(lines) == 5
+    # Columns are aligned: every header starts where its values start.
+    col = lines[0].index("PID")
+    assert all(line[col - 2 : col] == "  " for line in lines)
+    by_id = {line.split()[0]: line for line in lines[1:]}
+    assert by_id["emulator-5554/1234"].rstrip().endswith("*")
+    assert "com.example.app:remote [com.example.app]" in by_id["emulator-5554/2000"]
+    # The three-line JDWP description shrinks to its JVM line.
+    assert "JVM version 17.0.9 (OpenJDK 64-Bit Server VM, mixed mode,..." in by_id["tcp:8000"]
+    assert "127.0.0.1:51234" in by_id["R58M/1234"]
+    assert by_id["tcp:8000"].split()[1] == "4242"
+
+
+def test_clients_json_is_the_api_json(api):
+    result = invoke(clients, "--json")
+    assert result.exit_code == 0
+    body = json.loads(result.stdout)
+    assert body == api_json(api, "GET", "/api/v1/vms")
+    for key in (
+        "id",
+        "source",
+        "address",
+        "pid",
+        "app",
+        "package",
+        "vm_ident",
+        "ddm",
+        "features",
+        "waiting_for_debugger",
+        "threads",
+        "debugger_port",
+        "debugger",
+        "current",
+    ):
+        assert key in body[0]
+
+
+def test_clients_device_filter(api):
+    result = invoke(clients, "--json", "--device", "R58M")
+    assert [vm["id"] for vm in json.loads(result.stdout)] == ["R58M/1234"]
+
+
+def test_clients_none_known(monkeypatch):
+    route_to_app(monkeypatch, {})
+    result = invoke(clients)
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "no VMs are known to the daemon"
+    assert json.loads(invoke(clients, "--json").stdout) == []
+
+
+# ------------------------------------------------------------------------------ threads
+
+
+def test_threads_table(api):
+    result = invoke(threads, "com.example.app:remote")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("threads of VM emulator-5554/2000 (pid 2000,")
+    assert lines[1].split() == ["ID", "TID", "STATE", "UTIME", "STIME", "DAEMON", "NAME"]
+    assert lines[2].split() == ["1", "1234", "running", "52", "7", "main"]
+    assert lines[3].split() == ["2", "1240", "wait", "3", "1", "daemon", "HeapTaskDaemon"]
+    assert lines[4].split()[-1] == "Binder:1234_1"
+    assert api["remote"].refresh_count == 1
+
+
+def test_threads_json(api):
+    result = invoke(threads, "emulator-5554/1234", "--json")
+    body = json.loads(result.stdout)
+    assert body["supported"] is True
+    assert [t["id"] for t in body["threads"]] == [1, 2, 9]
+
+
+def test_threads_not_available(api):
+    result = invoke(threads, "4242")
+    assert result.exit_code == 0
+    assert "not available" in result.stdout
+
+
+def test_threads_device_option(api):
+    result = invoke(threads, "1234", "--device", "R58M", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vm"]["id"] == "R58M/1234"
+
+
+def test_threads_watch_bounded(api):
+    result = invoke(threads, "emulator-5554/1234", "--watch", "--interval", "0.01", "--count", "3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("threads of VM emulator-5554/1234") == 3
+    assert api["app"].refresh_count == 3
+
+
+def test_threads_watch_json_lines(api):
+    result = invoke(
+        threads, "emulator-5554/1234", "--watch", "--json", "--interval", "0.01", "--count", "2"
+    )
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert all(json.loads(line)["vm"]["id"] == "emulator-5554/1234" for line in lines)
+
+
+def test_threads_watch_ctrl_c_exits_0(api, monkeypatch):
+    async def interrupted(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trio, "sleep", interrupted)
+    result = invoke(threads, "emulator-5554/1234", "--watch")
+    assert result.exit_code == 0
+    assert result.stdout.count("threads of VM") == 1
+
+
+def test_threads_watch_stops_on_error(api):
+    api["app"].failures["refresh_threads"] = RuntimeError("boom")
+    result = invoke(threads, "emulator-5554/1234", "--watch", "--interval", "0.01")
+    assert result.exit_code == EXIT_API_ERROR
+    assert result.stderr.startswith("ddmd threads: internal error (RuntimeError)")
+
+
+# ------------------------------------------------------------------------------ heap
+
+
+def test_heap_info_only(api):
+    result = invoke(heap, "emulator-5554/1234")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].split() == ["HEAP", "MAX", "SIZE", "ALLOCATED", "OBJECTS"]
+    assert lines[2].split() == ["1", "64.0", "MiB", "10.0", "MiB", "5.5", "MiB", "12345"]
+    assert "segments" not in result.stdout
+
+
+def test_heap_segments(api):
+    result = invoke(heap, "emulator-5554/1234", "--segments")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "heap 1 segments:" in out
+    assert "USED" in out
+    assert "FRAGMENTATION" in out
+    assert "2.1 KiB" in out  # 2168 B used
+    assert "56 B" in out  # free
+    assert "40 B" in out  # largest free region
+    assert "28.6 %" in out
+    assert "by kind: object 32 B, class_object 8 B, array_1 2.1 KiB" in out
+    assert "segment 0x10000000-0x100008b0: 278 units of 8 B, 5 runs" in out
+    assert api["app"].segment_requests == 1
+
+
+def test_heap_json(api):
+    body = json.loads(invoke(heap, "emulator-5554/1234", "--segments", "--json").stdout)
+    assert body["run_fields"] == ["address", "units", "kind", "solidity"]
+    assert body["images"][0]["summary"]["bytes_used"] == 2168
+
+
+def test_heap_nothing_yet(api):
+    api["app"].update(heaps=())
+    result = invoke(heap, "emulator-5554/1234")
+    assert result.exit_code == 0
+    assert "no heap information yet" in result.stdout
+
+
+def test_heap_without_ddm(api):
+    result = invoke(heap, "4242")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [
+        "heap of VM tcp:8000 (pid 4242, JVM version 17.0.9 (OpenJDK 64-Bit Server VM, mixed "
+        "mode,...):",
+        "not available (the VM does not speak DDM)",
+    ]
+
+
+def test_heap_segments_unsupported(api):
+    result = invoke(heap, "4242", "--segments")
+    assert result.exit_code == EXIT_API_ERROR
+    assert result.stdout == ""
+    assert result.stderr.startswith("ddmd heap: tcp:8000 does not support heap_segments")
+    assert len(result.stderr.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------ gc
+
+
+def test_gc(api):
+    result = invoke(gc, "com.example.app:remote")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        "GC requested on VM emulator-5554/2000 (pid 2000, com.example.app:remote)"
+    )
+    assert api["remote"].gc_count == 1
+
+
+def test_gc_json(api):
+    body = json.loads(invoke(gc, "emulator-5554/1234", "--json").stdout)
+    assert body["gc"] == "requested"
+    assert api["app"].gc_count == 1
+
+
+# ------------------------------------------------------------------------------ stack
+
+
+def test_stack(api):
+    result = invoke(stack, "emulator-5554/1234", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "thread 1 of VM emulator-5554/1234 (pid 1234, com.example.app):",
+        "  at java.lang.Object.wait(Native Method)",
+        "  at com.example.app.Worker.run(Worker.java:42)",
+        "  at com.example.app.Gen.lambda$0(Unknown Source)",
+        "  at java.lang.Thread.run(Thread.java)",
+    ]
+
+
+def test_stack_json(api):
+    body = json.loads(invoke(stack, "emulator-5554/1234", "1", "--json").stdout)
+    assert body == api_json(api, "GET", "/api/v1/vms/emulator-5554/1234/threads/1/stack")
+
+
+def test_stack_unknown_thread(api):
+    result = invoke(stack, "emulator-5554/1234", "77")
+    assert result.exit_code == EXIT_API_ERROR
+    assert "no thread 77" in result.stderr
+
+
+def test_stack_thread_must_be_a_number(api):
+    result = invoke(stack, "emulator-5554/1234", "main")
+    assert result.exit_code == 2
+    assert "THREAD" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("frame", "text"),
+    [
+        (
+            {"class_name": "a.B", "method_name": "m", "file_name": "B.java", "line": 0},
+            "  at a.B.m(B.java:0)",
+        ),
+        (
+            {"class_name": "a.B", "method_name": "m", "file_name": "B.java", "line": -2},
+            "  at a.B.m(Native Method)",
+        ),
+        (
+            {"class_name": "a.B", "method_name": "m", "file_name": None, "line": 3},
+            "  at a.B.m(Unknown Source)",
+        ),
+    ],
+)
+def test_format_frame(frame, text):
+    assert format_frame(frame) == text
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def test_unknown_target_exit_2(api):
+    result = invoke(threads, "nope")
+    assert result.exit_code == EXIT_TARGET
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "ddmd threads: no VM matches 'nope' (candidates: R58M/1234 (pid 1234, org.other), "
+    )
+    for vm_id in ("emulator-5554/1234", "emulator-5554/2000", "tcp:8000"):
+        assert vm_id in line
+
+
+def test_ambiguous_target_exit_2(api):
+    result = invoke(gc, "1234")
+    assert result.exit_code == EXIT_TARGET
+    [line] = result.stderr.splitlines()
+    assert "'1234' matches several VMs" in line
+    assert "R58M/1234" in line
+    assert "emulator-5554/1234" in line
+    assert api["app"].gc_count == 0
+
+
+def test_unknown_target_with_no_vms(monkeypatch):
+    route_to_app(monkeypatch, {})
+    result = invoke(stack, "x", "1")
+    assert result.exit_code == EXIT_TARGET
+    assert result.stderr.strip() == (
+        "ddmd stack: no VM matches 'x' (no VMs are known to the daemon)"
+    )
+
+
+# ------------------------------------------------------------------------------ the daemon
+
+
+@pytest.mark.parametrize("command", [clients, threads, heap, gc, stack])
+def test_daemon_not_running_exit_3(command):
+    port = closed_port()
+    args = {"clients": [], "stack": ["x", "1"]}.get(command.name, ["x"])
+    result = invoke(command, *args, "--control", f"127.0.0.1:{port}")
+    assert result.exit_code == EXIT_NO_DAEMON
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"ddmd {command.name}: no daemon is answering at http://127.0.0.1:{port} "
+        "(start it with 'ddmd run', or pass --control HOST:PORT)\n"
+    )
+
+
+def test_any_address_is_reached_on_loopback():
+    port = closed_port()
+    result = invoke(clients, "--control", f"0.0.0.0:{port}")
+    assert result.exit_code == EXIT_NO_DAEMON
+    assert f"http://127.0.0.1:{port} " in result.stderr
+
+
+def test_control_address_from_config(tmp_path: Path):
+    port = closed_port()
+    config = tmp_path / "ddmd.toml"
+    config.write_text(f"[control]\nport = {port}\n")
+    result = invoke(clients, "--config", str(config))
+    assert result.exit_code == EXIT_NO_DAEMON
+    assert f"http://127.0.0.1:{port} " in result.stderr
+
+
+def test_config_from_environment(tmp_path: Path, monkeypatch):
+    port = closed_port()
+    config = tmp_path / "env.toml"
+    config.write_text(f"[control]\nport = {port}\n")
+    monkeypatch.setenv("DDMD_CONFIG", str(config))
+    result = invoke(clients)
+    assert f"http://127.0.0.1:{port} " in result.stderr
+
+
+def test_token_from_config(tmp_path: Path, monkeypatch, vms):
+    route_to_app(monkeypatch, vms, token="s3cret")
+    config = tmp_path / "ddmd.toml"
+    config.write_text('[control]\ntoken = "s3cret"\n')
+    result = invoke(clients, "--json", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)) == 4
+
+    result = invoke(clients)
+    assert result.exit_code == EXIT_API_ERROR
+    [line] = result.stderr.splitlines()
+    assert line.startswith("ddmd clients: this daemon requires 'Authorization: Bearer TOKEN'")
+    assert "[control] token" in line
+
+
+def test_bad_config_exit_2(tmp_path: Path):
+    config = tmp_path / "bad.toml"
+    config.write_text("[control]\nport = 'x'\n")
+    result = invoke(clients, "--config", str(config))
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("ddmd clients: ")
+    assert "port" in line
+
+
+@pytest.mark.parametrize("value", ["8710", "host:", ":8710", "host:99999", "host:http"])
+def test_bad_control_option(value):
+    result = invoke(clients, "--control", value)
+    assert result.exit_code == 2
+    assert "--control" in result.stderr
+
+
+def test_not_a_ddmd_daemon(monkeypatch):
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>hello</html>", headers={"content-type": "text/html"})
+
+    monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.MockTransport(handler))
+    result = invoke(clients)
+    assert result.exit_code == EXIT_API_ERROR
+    assert "did not answer like a ddmd daemon (HTTP 200, text/html)" in result.stderr
+
+
+def test_read_timeout(monkeypatch):
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.extensions["timeout"] == {
+            "connect": 2.0,
+            "read": 30.0,
+            "write": 10.0,
+            "pool": 10.0,
+        }
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.MockTransport(handler))
+    result = invoke(heap, "x", "--segments")
+    assert result.exit_code == EXIT_API_ERROR
+    assert result.stderr.strip() == (
+        "ddmd heap: the daemon at http://127.0.0.1:8710 did not answer within 30 s"
+    )
+
+
+def test_default_timeouts(monkeypatch):
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json=[])
+
+    monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.MockTransport(handler))
+    assert invoke(clients).exit_code == 0
+    assert seen == [{"connect": 2.0, "read": 10.0, "write": 10.0, "pool": 10.0}]

@@ -1,0 +1,279 @@
+"""ddmd.cli: --version, check-config, run (config errors, a missing or fake daemon)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddmd import __version__, cli, logs
+from ddmd.cli import main
+from ddmd.errors import PortInUse
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    """No real user config, no real adb port: each test sees an empty home."""
+    for name in ("DDMD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "ANDROID_ADB_SERVER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    yield
+    logs.reset()
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def bad_config(tmp_path):
+    file = tmp_path / "bad.toml"
+    file.write_text('[scan]\nports = "9000-8000"\n')
+    return file
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def fake_daemon(monkeypatch, run):
+    module = types.ModuleType("ddmd.daemon")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ddmd.daemon", module)
+
+
+def test_version(runner):
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"ddmd {__version__}\n"
+    assert __version__ == "0.1.0"
+
+
+def test_help_lists_commands(runner):
+    result = runner.invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "check-config" in result.output
+    assert "run" in result.output
+
+
+# --- check-config
+
+
+def test_check_config_ok(runner, tmp_path):
+    file = tmp_path / "config.toml"
+    shutil.copy(EXAMPLE, file)
+    result = runner.invoke(main, ["check-config", str(file)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{file}: ok"
+    text = result.stdout
+    assert "127.0.0.1 ports 8000-8040" in text
+    assert "127.0.0.1 ports 8600-8699" in text
+    assert "127.0.0.1:8700" in text
+    assert "control API: 127.0.0.1:8710" in text
+    assert "adb:         auto, server 127.0.0.1:5037" in text
+    assert result.stderr == ""
+
+
+def test_check_config_summary_follows_the_file(runner, tmp_path):
+    file = tmp_path / "c.toml"
+    file.write_text(
+        '[scan]\nenabled = false\n[adb]\nenabled = "off"\n'
+        '[control]\nhost = "::1"\nport = 9000\ntoken = "s3cret"\n'
+    )
+    result = runner.invoke(main, ["check-config", str(file)])
+    assert result.exit_code == 0, result.output
+    assert "scan:        off" in result.stdout
+    assert "adb:         off" in result.stdout
+    assert "control API: [::1]:9000, token required" in result.stdout
+    assert "s3cret" not in result.stdout
+
+
+def test_check_config_bad_value(runner, bad_config):
+    result = runner.invoke(main, ["check-config", str(bad_config)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    line = one_line(result.stderr)
+    assert str(bad_config) in line
+    assert "[scan] ports = '9000-8000'" in line
+    assert "start port is above end port" in line
+
+
+def test_check_config_unknown_key(runner, tmp_path):
+    file = tmp_path / "c.toml"
+    file.write_text("[debugger]\ncurent_port = 8700\n")
+    result = runner.invoke(main, ["check-config", str(file)])
+    assert result.exit_code == 2
+    line = one_line(result.stderr)
+    assert "[debugger] curent_port = 8700" in line
+    assert "did you mean 'current_port'" in line
+
+
+def test_check_config_invalid_toml(runner, tmp_path):
+    file = tmp_path / "c.toml"
+    file.write_text("[scan\n")
+    result = runner.invoke(main, ["check-config", str(file)])
+    assert result.exit_code == 2
+    line = one_line(result.stderr)
+    assert "not valid TOML" in line
+    assert "line 1" in line
+
+
+def test_check_config_missing_file(runner, tmp_path):
+    missing = tmp_path / "missing.toml"
+    result = runner.invoke(main, ["check-config", str(missing)])
+    assert result.exit_code == 2
+    assert one_line(result.stderr) == f"ddmd check-config: {missing}: no such file"
+
+
+def test_check_config_without_argument_is_a_usage_error(runner):
+    result = runner.invoke(main, ["check-config"])
+    assert result.exit_code == 2
+    assert "Missing argument 'FILE'" in result.stderr
+
+
+# --- run
+
+
+def test_run_bad_config(runner, bad_config):
+    result = runner.invoke(main, ["run", "--config", str(bad_config)])
+    assert result.exit_code == 2
+    assert f"using config file {bad_config}" in result.stderr
+    assert "[scan] ports = '9000-8000'" in result.stderr.splitlines()[-1]
+
+
+def test_run_missing_explicit_config(runner, tmp_path):
+    missing = tmp_path / "nope.toml"
+    result = runner.invoke(main, ["run", "--config", str(missing)])
+    assert result.exit_code == 2
+    assert str(missing) in result.stderr
+    assert "--config" in result.stderr
+
+
+def test_run_bad_config_from_ddmd_config(runner, monkeypatch, bad_config):
+    monkeypatch.setenv("DDMD_CONFIG", str(bad_config))
+    result = runner.invoke(main, ["run"])
+    assert result.exit_code == 2
+    assert "[scan] ports = '9000-8000'" in result.stderr
+
+
+def test_run_without_daemon_module(runner, monkeypatch):
+    # None in sys.modules makes `import ddmd.daemon` fail as if the module did not exist.
+    monkeypatch.setitem(sys.modules, "ddmd.daemon", None)
+    result = runner.invoke(main, ["run", "--log-format", "json"])
+    assert result.exit_code == 1
+    assert "no config file found; using the built-in defaults" in result.stderr
+    assert result.stderr.splitlines()[-1] == "ddmd run: the daemon is not implemented yet"
+
+
+def test_run_calls_the_daemon_with_the_config(runner, monkeypatch, tmp_path):
+    file = tmp_path / "c.toml"
+    file.write_text('[control]\nport = 9710\n[log]\nlevel = "warning"\nformat = "console"\n')
+    seen = []
+
+    async def run(config):
+        seen.append(config)
+
+    fake_daemon(monkeypatch, run)
+    configured = []
+    monkeypatch.setattr(cli, "configure", lambda **kw: configured.append(kw))
+    result = runner.invoke(main, ["run", "--config", str(file), "--log-level", "DEBUG"])
+    assert result.exit_code == 0, result.output
+    assert f"using config file {file}" in result.stderr
+    assert seen[0].control.port == 9710
+    # The CLI option beats [log] level; [log] format applies when no option is given.
+    assert configured == [{"fmt": "console", "level": "debug"}]
+
+
+def test_run_finds_the_user_config(runner, monkeypatch, tmp_path):
+    user_file = tmp_path / "home" / ".config" / "ddmd" / "config.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text("[control]\nport = 9711\n")
+    seen = []
+
+    async def run(config):
+        seen.append(config)
+
+    fake_daemon(monkeypatch, run)
+    result = runner.invoke(main, ["run", "--log-format", "json"])
+    assert result.exit_code == 0, result.output
+    assert f"using config file {user_file}" in result.stderr
+    assert seen[0].control.port == 9711
+
+
+def test_run_port_in_use_is_one_line_exit_1(runner, monkeypatch):
+    async def run(config):
+        raise PortInUse(8700, "debugger.current_port", host="127.0.0.1")
+
+    fake_daemon(monkeypatch, run)
+    result = runner.invoke(main, ["run", "--log-format", "json"])
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("ddmd run: 127.0.0.1 port 8700 is already in use")
+    assert "[debugger] current_port" in last
+
+
+def test_run_errors_in_a_group_are_reported(runner, monkeypatch):
+    async def run(config):
+        raise ExceptionGroup("daemon", [PortInUse(8710, "control.port")])
+
+    fake_daemon(monkeypatch, run)
+    result = runner.invoke(main, ["run", "--log-format", "json"])
+    assert result.exit_code == 1
+    assert "[control] port" in result.stderr.splitlines()[-1]
+
+
+def test_run_unexpected_errors_are_not_hidden(runner, monkeypatch):
+    async def run(config):
+        raise ExceptionGroup("daemon", [RuntimeError("bug")])
+
+    fake_daemon(monkeypatch, run)
+    result = runner.invoke(main, ["run", "--log-format", "json"])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, ExceptionGroup)
+
+
+def test_run_rejects_bad_log_options(runner):
+    result = runner.invoke(main, ["run", "--log-format", "xml"])
+    assert result.exit_code == 2
+    assert "--log-format" in result.stderr
+
+
+# --- the errors the CLI translates
+
+
+def test_error_tree_and_messages():
+    from ddmd import errors
+
+    for name in ("VmGone", "FeatureUnsupported", "RequestTimedOut", "DdmFailed"):
+        assert issubclass(getattr(errors, name), errors.VmRequestError)
+    for name in ("ConfigError", "PortInUse", "VmRequestError", "DebuggerRejected"):
+        assert issubclass(getattr(errors, name), errors.DdmdError)
+    assert issubclass(errors.DaemonNotRunning, errors.DdmdError)
+    assert issubclass(errors.TargetError, errors.DdmdError)
+
+    in_use = PortInUse(8700, "debugger.current_port")
+    assert "port 8700" in str(in_use)
+    assert "[debugger] current_port" in str(in_use)
+    assert "[control] port" in str(PortInUse(8710, "[control] port"))
+    assert str(errors.RequestTimedOut("no heap segment dump arrived")) == (
+        "no heap segment dump arrived"
+    )
+    assert "vm=emulator-5554/1234" in str(errors.VmGone("gone", vm="emulator-5554/1234"))
+    assert "127.0.0.1:8710" in str(errors.DaemonNotRunning("127.0.0.1:8710"))
+    target = errors.TargetError("'app' matches several VMs", candidates=("1 a", "2 b"))
+    assert target.message == "'app' matches several VMs"
+    assert target.candidates == ("1 a", "2 b")
+    assert str(target) == "'app' matches several VMs (candidates: 1 a, 2 b)"
+    rejected = errors.DebuggerRejected("a debugger is already attached", vm="3", port=8601)
+    assert rejected.reason == "a debugger is already attached"
+    assert "port=8601" in str(rejected)
