@@ -171,3 +171,17 @@ def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | 
         else:
             return None
     return found
+
+
+def _register_subcommands() -> None:
+    """Commands that live in their own modules: the control-API client and the simulator."""
+    from ddmd.cli_client import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+    from ddmd.sim import sim_command
+
+    main.add_command(sim_command)
+
+
+_register_subcommands()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -793,12 +794,19 @@ async def test_cli_prints_one_line_per_vm_and_exits_0_on_sigterm():
         code = "from ddmd.sim import sim_command; sim_command()"
         args = [sys.executable, "-c", code, "--port", "0", "--count", "2", "--app", "com.ex.cli"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        async with await trio.lowlevel.open_process(
-            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-        ) as proc:
+        run = partial(
+            trio.run_process,
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            check=False,
+        )
+        async with trio.open_nursery() as nursery:
+            proc = await nursery.start(run)
             assert proc.stdout is not None
             text = b""
-            while text.count(b"\n") < 2 or text.count(b"listening on") < 2:
+            while text.count(b"listening on") < 2 or not text.endswith(b"\n"):
                 chunk = await proc.stdout.receive_some(4096)
                 assert chunk, text
                 text += chunk

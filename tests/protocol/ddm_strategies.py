@@ -61,26 +61,30 @@ def segments(cls: type[ddm.SegmentChunk]) -> st.SearchStrategy:
     return st.builds(cls, u4, u1, u4, u4, u4, blob)
 
 
+_names = st.text(max_size=4)
+_class_tables = st.lists(_names, min_size=1, max_size=3).map(tuple)
+_name_tables = _tuples(_names, max_size=3)
+_raw_frames = _tuples(st.tuples(u2, u2, u2, s2))
+_raw_entries = _tuples(st.tuples(u4, u2, u2, _raw_frames))
+
+
 @st.composite
 def allocations(draw: st.DrawFn) -> ddm.Allocations:
-    names = st.text(max_size=4)
-    classes = draw(_tuples(names, max_size=3).filter(bool))
-    methods = draw(_tuples(names))
-    files = draw(_tuples(names))
-    class_index = st.integers(0, len(classes) - 1)
-    if methods and files:
-        frame = st.builds(
-            ddm.AllocationFrame,
-            class_index,
-            st.integers(0, len(methods) - 1),
-            st.integers(0, len(files) - 1),
-            s2,
-        )
-        frames = _tuples(frame)
-    else:
-        frames = st.just(())
-    entry = st.builds(ddm.AllocationEntry, u4, u2, class_index, frames)
-    return ddm.Allocations(draw(_tuples(entry)), classes, methods, files)
+    # Indices are drawn as any u2 and reduced into their table, so every strategy used here
+    # is built once at import (building strategies inside a draw is slow).
+    classes = draw(_class_tables)
+    methods = draw(_name_tables)
+    files = draw(_name_tables)
+    entries = []
+    for size, thread_id, class_index, raw_frames in draw(_raw_entries):
+        frames = ()
+        if methods and files:
+            frames = tuple(
+                ddm.AllocationFrame(c % len(classes), m % len(methods), f % len(files), line)
+                for c, m, f, line in raw_frames
+            )
+        entries.append(ddm.AllocationEntry(size, thread_id, class_index % len(classes), frames))
+    return ddm.Allocations(tuple(entries), classes, methods, files)
 
 
 _KNOWN = frozenset(ChunkType) - {ChunkType.TEST, ChunkType.DTRC}
@@ -199,6 +203,8 @@ def chunks_for(direction: Direction, *, light: bool = False) -> st.SearchStrateg
         ]
     )
 
+
+light_chunks = {d: chunks_for(d, light=True) for d in Direction}
 
 round_trip_cases = st.one_of(
     [strategy.map(lambda chunk, dirs=dirs: (chunk, dirs)) for strategy, dirs in CHUNKS.values()]

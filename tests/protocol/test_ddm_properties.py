@@ -18,7 +18,10 @@ from .ddm_strategies import (
     STRUCTURED,
     chunks_for,
     directions,
+    light_chunks,
     round_trip_cases,
+    u1,
+    u2,
     u4,
 )
 
@@ -84,21 +87,25 @@ def test_round_trip_structured(cls):
 
 @pytest.mark.parametrize("direction", list(Direction))
 def test_concatenated_chunks_decode_in_order(direction):
-    @given(chunks=st.lists(chunks_for(direction, light=True), max_size=4))
+    @given(chunks=st.lists(light_chunks[direction], max_size=4))
     def check(chunks):
         assert ddm.decode_chunks(ddm.encode_chunks(chunks), direction) == tuple(chunks)
 
     check()
 
 
+_reply_chunk_lists = {d: st.lists(light_chunks[d], max_size=2) for d in Direction}
+_packet_kinds = st.sampled_from(["request", "push", "reply"])
+
+
 @st.composite
 def ddm_packets(draw: st.DrawFn) -> tuple[CommandPacket | ReplyPacket, Direction, tuple]:
-    kind = draw(st.sampled_from(["request", "push", "reply"]))
+    kind = draw(_packet_kinds)
     direction = Direction.TO_VM if kind == "request" else Direction.FROM_VM
     if kind == "reply":
-        chunks = tuple(draw(st.lists(chunks_for(direction, light=True), max_size=2)))
+        chunks = tuple(draw(_reply_chunk_lists[direction]))
         return ReplyPacket(draw(u4), 0, ddm.encode_chunks(chunks)), direction, chunks
-    chunk = draw(chunks_for(direction, light=True))
+    chunk = draw(light_chunks[direction])
     return ddm.ddm_command(draw(u4), chunk), direction, (chunk,)
 
 
@@ -154,23 +161,26 @@ def test_fuzz_decode_chunk_known_types(chunk_type, direction, data):
     _decode_checked(chunk_type, data, direction)
 
 
+_classes = st.sampled_from(list(CHUNKS))
+_ops = st.lists(st.tuples(st.sampled_from(["flip", "cut", "add"]), u2, u1), max_size=3)
+_additions = st.binary(min_size=1, max_size=8)
+
+
 @st.composite
 def mutated(draw: st.DrawFn) -> tuple[int, bytes, Direction]:
-    """A valid chunk's data with a few bytes flipped, cut off or added: reaches deep paths."""
-    cls = draw(st.sampled_from(list(CHUNKS)))
-    strategy, dirs = CHUNKS[cls]
+    """A valid chunk's data with a few bytes changed, cut off or added: reaches deep paths.
+    Positions are drawn as any u2 and reduced, so no strategy is built inside the draw."""
+    strategy, dirs = CHUNKS[draw(_classes)]
     chunk = draw(strategy)
     data = bytearray(chunk.encode_data())
-    for _ in range(draw(st.integers(0, 3))):
-        op = draw(st.sampled_from(["flip", "cut", "add"]))
+    for op, where, value in draw(_ops):
         if op == "flip" and data:
-            i = draw(st.integers(0, len(data) - 1))
-            data[i] = draw(st.integers(0, 255))
+            data[where % len(data)] = value
         elif op == "cut" and data:
-            del data[draw(st.integers(0, len(data) - 1)) :]
+            del data[where % len(data) :]
         else:
-            data += draw(st.binary(min_size=1, max_size=8))
-    return chunk.chunk_type, bytes(data), draw(st.sampled_from(dirs))
+            data += draw(_additions)
+    return chunk.chunk_type, bytes(data), dirs[draw(u1) % len(dirs)]
 
 
 @given(case=mutated())
