@@ -63,7 +63,7 @@ __all__ = ["API_PREFIX", "BearerTokenMiddleware", "create_app", "serve"]
 log = get_logger("ddmd.control")
 
 #: Logged once the socket listens (host, port). Not yet in `ddmd.logs.Event`.
-LISTENING = "control.listening"
+LISTENING = Event.CONTROL_LISTENING
 
 API_PREFIX = "/api/v1"
 
@@ -173,8 +173,7 @@ def _error_response(request: Request, exc: Exception) -> JSONResponse:
     target = request.path_params.get("target")
     where: dict[str, Any] = {} if target is None else {"target": target}
     if isinstance(exc, TargetError):
-        # resolve() words an ambiguous match as "... matches several VMs".
-        status = 409 if "several" in exc.message else 404
+        status = 409 if exc.ambiguous else 404
         return _error(status, exc.message, **where, candidates=list(exc.candidates))
     if isinstance(exc, _BadRequest):
         return _error(400, str(exc), **where)

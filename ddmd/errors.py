@@ -182,9 +182,12 @@ class DaemonNotRunning(DdmdError):
 class TargetError(DdmdError):
     """A target given on the command line matched no VM, or more than one (`candidates`)."""
 
-    def __init__(self, message: str, *, candidates: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, *, candidates: tuple[str, ...] = (), ambiguous: bool = False
+    ) -> None:
         super().__init__(message)
         self.candidates = candidates
+        self.ambiguous = ambiguous  # True: several VMs matched; False: none did
 
     def __str__(self) -> str:
         if not self.candidates:

@@ -242,14 +242,17 @@ class VmRegistry:
             raise TargetError(
                 f"no VM matches {target!r}", candidates=self._describe(self._vms.values())
             )
-        raise TargetError(f"{target!r} matches several VMs", candidates=self._describe(matches))
+        raise TargetError(
+            f"{target!r} matches several VMs", candidates=self._describe(matches), ambiguous=True
+        )
 
     @staticmethod
     def _describe(handles: Any) -> tuple[str, ...]:
         out = []
         for h in handles:
             s = h.snapshot()
-            out.append(f"{s.id} (pid {s.pid}, {s.app or s.description or '?'})")
+            name = s.app or s.package or (s.description or "?").splitlines()[0]
+            out.append(f"{s.id} (pid {s.pid}, {name})")
         return tuple(sorted(out))
 
 

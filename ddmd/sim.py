@@ -74,6 +74,7 @@ from ddmd.protocol.ddm import (
     WaitForDebugger,
     decode_chunk,
     encode_chunk,
+    type_name,
 )
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.jdwp import (
@@ -96,6 +97,7 @@ __all__ = [
     "SimConfig",
     "SimStatistics",
     "SimVm",
+    "make_configs",
     "serve_many",
     "sim_command",
 ]
@@ -564,9 +566,8 @@ class _Halt(Exception):
     """Raised inside a handler: the VM halts (DDM EXIT, VirtualMachine.Exit)."""
 
 
-_NO_REPLY: Final = object()  # a DDM handler outcome: the VM writes nothing back
-
-_DdmResult = bytes | None | object  # chunk bytes / "handler returned nothing" / _NO_REPLY
+# A DDM handler's outcome: the reply's chunk bytes, or None for "returned nothing".
+_DdmResult = bytes | None
 _JdwpHandler = Callable[["_Connection", bytes], Awaitable[tuple[int, bytes]]]
 
 
@@ -766,7 +767,11 @@ class SimVm:
         except _ConnectionBrokenError:
             self._log.info("sim.send_failed")
         finally:
-            self._conn = None  # thread notification and heap pushes end with the connection
+            # Thread notification and heap pushes end with the connection, and (as on every
+            # real VM) a debugger's suspensions are released when its connection closes.
+            self._conn = None
+            for thread in self._threads.values():
+                thread.suspend_count = 0
 
     async def _read_handshake(self, stream: trio.SocketStream, decoder: PacketDecoder) -> bool:
         while True:
@@ -897,17 +902,17 @@ class SimVm:
                     if handler is not None:
                         result = await handler(conn, chunk)
         self._log.debug(
-            "sim.ddm_received", id=packet.id, chunk_type=_type_name(chunk_type), len=len(data)
+            "sim.ddm_received",
+            id=packet.id,
+            chunk_type=type_name(chunk_type) if chunk_type >= 0 else "-",
+            len=len(data),
         )
-        if result is _NO_REPLY:
-            return
         if result is None:
             # The handler returned nothing (or there is none, or it threw): ART 9+ without
             # its agent writes nothing back (protocol.md 2.2); others write an empty reply.
             if self.config.flavor == "modern" and not self._agent_loaded:
                 return
             result = b""
-        assert isinstance(result, bytes)
         await self._reply(conn, packet.id, result)
 
     async def _ddm_helo(self, conn: _Connection, chunk: Chunk) -> _DdmResult:
@@ -1431,13 +1436,6 @@ def _class_list(*, generic: bool) -> bytes:
 def _jstr(text: str) -> bytes:
     raw = text.encode("utf-8", "surrogatepass")
     return _U4.pack(len(raw)) + raw
-
-
-def _type_name(value: int) -> str:
-    if value < 0:
-        return "-"
-    raw = value.to_bytes(4, "big")
-    return raw.decode("ascii") if all(0x20 <= b < 0x7F for b in raw) else f"0x{value:08X}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Every test runs under a ``trio.fail_after`` cap. No autojump clock here: real so
 from __future__ import annotations
 
 import os
+import random
 import signal
 import struct
 import subprocess
@@ -167,6 +168,17 @@ class Client:
         packet = await self.packet()
         assert isinstance(packet, ReplyPacket), packet
         assert packet.id == helo, f"got a reply to 0x{packet.id:08x} (sent {ids})"
+
+    async def expect_silence_then_helo_eventually(self) -> None:
+        """Skip whatever arrives until the reply to a fresh HELO."""
+        helo = await self.ddm(HeloRequest(1))
+        while True:
+            packet = await self.packet()
+            assert packet is not None, "EOF before the HELO reply"
+            if isinstance(packet, ReplyPacket) and packet.id == helo:
+                (reply,) = chunks_of(packet, Direction.FROM_VM)
+                assert isinstance(reply, HeloReply)
+                return
 
 
 @asynccontextmanager
@@ -734,6 +746,30 @@ async def test_bad_packet_length_closes_and_the_sim_keeps_serving():
             good = await connect_retrying(port)
             await good.expect_silence_then_helo()
             await good.aclose()
+
+
+async def test_random_commands_never_crash_the_sim():
+    rng = random.Random(1234)
+    ddm_types = [int(t) for t in ChunkType if t != ChunkType.EXIT] + [0x51525354]
+    with trio.fail_after(CAP):
+        async with running(cfg(heap_mb=1)) as (vm, port):
+            client = await Client.connect(port)
+            for i in range(400):
+                body = rng.randbytes(rng.choice((0, 1, 2, 4, 8, 13)))
+                if rng.random() < 0.6:
+                    chunk_type = rng.choice(ddm_types)
+                    length = len(body) if rng.random() < 0.8 else rng.randrange(64)
+                    data = struct.pack(">II", chunk_type, length) + body
+                    packet = CommandPacket(i + 1, 199, 1, data)
+                else:
+                    command_set, command = rng.randrange(1, 20), rng.randrange(1, 25)
+                    if (command_set, command) in ((1, 6), (1, 10)):  # Dispose, Exit
+                        continue
+                    packet = CommandPacket(i + 1, command_set, command, body)
+                await client.send(packet)
+            await client.expect_silence_then_helo_eventually()
+            await client.aclose()
+            assert not vm.statistics().exited
 
 
 async def test_handshake_deadline():
