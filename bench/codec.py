@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from heap_fixture import build_heap, decode_and_summarise  # noqa: E402
+from heap_fixture import build_heap, decode_and_summarise
 
-from ddmd.protocol.idmap import IdRewriter  # noqa: E402
-from ddmd.protocol.jdwp import (  # noqa: E402
+from ddmd.protocol.idmap import IdRewriter
+from ddmd.protocol.jdwp import (
     NEED_DATA,
     CommandPacket,
     PacketDecoder,
@@ -48,8 +48,16 @@ def small_packets(n: int = 200_000) -> tuple[bytes, int]:
         if i % 2:
             parts.append(encode(ReplyPacket(i, 0, bytes(size))))
         else:
-            parts.append(encode(CommandPacket(i, rng.randint(1, 18), rng.randint(1, 20), bytes(size))))
+            parts.append(
+                encode(CommandPacket(i, rng.randint(1, 18), rng.randint(1, 20), bytes(size)))
+            )
     return b"".join(parts), n
+
+
+def _report(what: str, n: int, seconds: float) -> None:
+    rate = n / seconds
+    micros = seconds / n * 1e6
+    print(f"small packets (11-64 B), {what} {rate:12,.0f} packets/s  {micros:6.2f} µs/packet")
 
 
 def bench_small() -> None:
@@ -80,9 +88,9 @@ def bench_small() -> None:
         assert count == n
 
     t = _best_of(5, decode_only)
-    print(f"small packets (11-64 B), decode:         {n / t:12,.0f} packets/s  {t / n * 1e6:6.2f} µs/packet")
+    _report("decode:        ", n, t)
     t = _best_of(5, decode_and_route)
-    print(f"small packets (11-64 B), decode + route: {n / t:12,.0f} packets/s  {t / n * 1e6:6.2f} µs/packet")
+    _report("decode + route:", n, t)
 
 
 def bench_large() -> None:
@@ -112,7 +120,9 @@ def bench_heap() -> None:
         t0 = time.perf_counter()
         _, _, summary = decode_and_summarise(chunks)
         best = min(best, time.perf_counter() - t0)
-    print(f"64 MiB heap ({len(chunks)} HPSG chunks, {pairs:,} pairs): decode + summarise {best:.3f} s")
+    print(
+        f"64 MiB heap ({len(chunks)} HPSG chunks, {pairs:,} pairs): decode + summarise {best:.3f} s"
+    )
     print(f"   summary: {summary}")
 
 

@@ -85,7 +85,7 @@ async def _close_quietly(stream: trio.abc.Stream) -> None:
         scope.shield = True
         try:
             await stream.aclose()
-        except Exception:  # noqa: BLE001 - closing a stream that is already broken
+        except Exception:
             log.debug("stream.close_failed")
 
 
@@ -122,8 +122,9 @@ async def run(
                     root.cancel_scope.deadline, trio.current_time() + grace
                 )
 
+        signals_scope = trio.CancelScope()
         if install_signal_handlers:
-            root.start_soon(_watch_signals, stop)
+            root.start_soon(_watch_signals, stop, signals_scope)
 
         app = control.create_app(registry, token=config.control.token)
         try:
@@ -157,6 +158,7 @@ async def run(
         task_status.started(Started(_as_address(bound, config), registry, supervisor, stop))
         await shutdown.wait()
         work.cancel()
+        signals_scope.cancel()
     log.info(Event.DAEMON_STOPPED)
 
 
@@ -166,8 +168,8 @@ def _as_address(bound: object, config: Config) -> tuple[str, int]:
     return (config.control.host, config.control.port)
 
 
-async def _watch_signals(stop: Callable[[], None]) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _watch_signals(stop: Callable[[], None], scope: trio.CancelScope) -> None:
+    with scope, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info(Event.DAEMON_SIGNAL, signal=signal.Signals(signum).name)
             stop()

@@ -227,9 +227,7 @@ class VmRegistry:
             raise TargetError("empty target", candidates=self._describe(self._vms.values()))
         if target in self._vms:
             return self._vms[target]
-        handles = [
-            h for h in self._vms.values() if device is None or h.snapshot().device == device
-        ]
+        handles = [h for h in self._vms.values() if device is None or h.snapshot().device == device]
         matches: list[VmHandle] = []
         if target.isdigit():
             pid = int(target)
@@ -252,7 +250,7 @@ class VmRegistry:
         for h in handles:
             s = h.snapshot()
             name = s.app or s.package or (s.description or "?").splitlines()[0]
-            out.append(f"{s.id} (pid {s.pid}, {name})")
+            out.append(f"{s.id} (pid {s.pid if s.pid is not None else '?'}, {name})")
         return tuple(sorted(out))
 
 

@@ -377,11 +377,9 @@ class VmActor:
                 self._on_push(chunk)
             return
         # A JDWP event or other VM command: the debugger bridge routes these (next issue).
-        self._log.debug(
-            "vm.event_dropped", command_set=packet.command_set, command=packet.command
-        )
+        self._log.debug("vm.event_dropped", command_set=packet.command_set, command=packet.command)
 
-    def _on_push(self, chunk: ddm.Chunk) -> None:  # noqa: C901 - one flat dispatch table
+    def _on_push(self, chunk: ddm.Chunk) -> None:
         changed = True
         if isinstance(chunk, ddm.AppName):
             self._apply_names(chunk.app_name, chunk.package_name, chunk.user_id, renamed=True)
@@ -533,10 +531,10 @@ class VmActor:
         self._bytes_out += len(data)
 
     async def _raw_request(
-        self, command_set: int, command: int, data: bytes, *, timeout: float
+        self, command_set: int, command: int, data: bytes, *, patience: float
     ) -> ReplyPacket:
         """Send one command of ddmd's own and wait for its reply (RequestTimedOut on silence)."""
-        deadline = trio.current_time() + timeout
+        deadline = trio.current_time() + patience
         vm_id = self._ids.allocate(SELF, 0, command_set, command, deadline)
         waiter = _Waiter()
         self._waiters[vm_id] = waiter
@@ -553,7 +551,7 @@ class VmActor:
         if self._conn is None:
             raise VmGone(f"{self._vm_id} disconnected while waiting for a reply")
         self._timeouts += 1
-        raise RequestTimedOut(f"{self._vm_id} did not answer within {timeout:g} s")
+        raise RequestTimedOut(f"{self._vm_id} did not answer within {patience:g} s")
 
     async def _request(self, chunk: ddm.Chunk, *, feature: str) -> tuple[ddm.Chunk, ...]:
         """A DDM request; returns the reply's chunks (empty for an empty reply).
@@ -568,7 +566,7 @@ class VmActor:
         packet = ddm.ddm_command(0, chunk)
         try:
             reply = await self._raw_request(
-                packet.command_set, packet.command, packet.data, timeout=timeout
+                packet.command_set, packet.command, packet.data, patience=timeout
             )
         except RequestTimedOut:
             self._log.info(Event.DDM_REQUEST_TIMED_OUT, feature=feature, timeout=timeout)
@@ -657,7 +655,7 @@ class VmActor:
                 CommandSet.VIRTUAL_MACHINE,
                 VirtualMachineCommand.VERSION,
                 b"",
-                timeout=self._config.timeouts.ddm_request,
+                patience=self._config.timeouts.ddm_request,
             )
         except (RequestTimedOut, VmGone):
             return

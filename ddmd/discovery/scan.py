@@ -147,7 +147,9 @@ class PortScanner:
         if state.failures == 0:
             log.warning(Event.SCAN_PORT_NOT_JDWP, port=port, reason=why)
         state.failures += 1
-        delay = min(self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max)
+        delay = min(
+            self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max
+        )
         state.next_try = trio.current_time() + delay
 
     def backoff_of(self, port: int) -> float | None:

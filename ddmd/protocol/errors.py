@@ -1,8 +1,8 @@
 """Protocol errors (the h11 model). Standard library only.
 
-    ProtocolError                 anything wrong with bytes or messages of JDWP/DDM
-    ├── LocalProtocolError        we misused the API (built an impossible packet or chunk)
-    └── RemoteProtocolError       the peer sent bytes that break the protocol
+ProtocolError                 anything wrong with bytes or messages of JDWP/DDM
+├── LocalProtocolError        we misused the API (built an impossible packet or chunk)
+└── RemoteProtocolError       the peer sent bytes that break the protocol
 """
 
 from __future__ import annotations

@@ -449,7 +449,7 @@ class PacketDecoder:
     def in_streamed_packet(self) -> bool:
         return self._remaining > 0
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes from the peer; empty bytes mean the peer closed its side."""
         if self._eof:
             if data:
