@@ -603,6 +603,31 @@ def gc(
         click.echo(f"GC requested on VM {_vm_label(body['vm'])}")
 
 
+@click.command("select")
+@_target_argument
+@_json_option
+@_client_options
+def select(
+    target: str, as_json: bool, config_file: str | None, control: str | None, device: str | None
+) -> None:
+    """Make the VM TARGET current: debuggers on the current-VM port (8700) reach it.
+
+    The choice sticks to the app: when it restarts with a new pid, 8700 follows it.
+    """
+    where = _target("select", config_file, control, device)
+
+    async def work(api: _Api) -> Any:
+        return await api.call("POST", api.vm_path(target, "/select"))
+
+    body = _run("select", where, work)
+    if as_json:
+        _print_json(body)
+    else:
+        port = body["vm"].get("debugger_port")
+        extra = f"; its own debugger port is {port}" if port else ""
+        click.echo(f"current VM: {_vm_label(body['vm'])}{extra}")
+
+
 @click.command("stack")
 @_target_argument
 @click.argument("thread", type=click.IntRange(min=0))
@@ -629,4 +654,4 @@ def stack(
         click.echo(format_stack(body))
 
 
-COMMANDS: list[click.Command] = [clients, threads, heap, gc, stack]
+COMMANDS: list[click.Command] = [clients, threads, heap, gc, select, stack]

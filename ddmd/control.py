@@ -314,6 +314,24 @@ class _Api:
         await handle.cause_gc()
         return JSONResponse({"vm": handle.snapshot().to_json(), "gc": "requested"})
 
+    async def select(self, request: Request) -> Response:
+        if request.method != "POST":
+            return _error(405, "Method Not Allowed", allow="POST")
+        handle = self._resolve(request)
+        self._registry.select(handle.vm_id, reason="selected through the control API")
+        return JSONResponse(
+            {"vm": handle.snapshot().to_json(), "selected": self._registry.selected_key}
+        )
+
+    async def current(self, request: Request) -> Response:
+        handle = self._registry.current()
+        return JSONResponse(
+            {
+                "vm": None if handle is None else handle.snapshot().to_json(),
+                "selected": self._registry.selected_key,
+            }
+        )
+
     async def stack(self, request: Request) -> Response:
         raw = request.path_params["thread_id"]
         if not raw.isdigit() or int(raw) > _MAX_THREAD_ID:
@@ -363,6 +381,8 @@ def create_app(
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/gc", _guarded(api.gc), methods=_ALL_METHODS),  # see _Api.gc
+        Route(vm + "/select", _guarded(api.select), methods=_ALL_METHODS),
+        Route(API_PREFIX + "/current", _guarded(api.current), methods=["GET"]),
         Route(vm, _guarded(api.vm), methods=["GET"]),
     ]
     stack = list(middleware)

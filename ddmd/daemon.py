@@ -25,7 +25,9 @@ from ddmd.config import Config
 from ddmd.discovery import VmFound
 from ddmd.discovery.scan import PortScanner
 from ddmd.errors import PortInUse
+from ddmd.listeners import CurrentVmListener, VmPorts
 from ddmd.logs import Event
+from ddmd.ports import PortBook
 from ddmd.registry import VmRegistry
 from ddmd.vm import VmActor
 
@@ -38,6 +40,7 @@ class Supervisor:
 
     config: Config
     registry: VmRegistry
+    ports: VmPorts | None = None
     held: set[object] = field(default_factory=set)
     actors: dict[str, VmActor] = field(default_factory=dict)
 
@@ -66,11 +69,12 @@ class Supervisor:
             registry=self.registry,
             device=found.device,
             expected_pid=found.pid,
+            ports=self.ports,
         )
         self.actors[found.vm_id] = actor
         log.info(Event.VM_FOUND, vm=found.vm_id, address=found.address, source=found.source)
         try:
-            await actor.run(found.stream, found.leftover)
+            await actor.run(found.stream, found.leftover, found.opener)
         except* Exception as group:
             log.error(Event.VM_CRASHED, vm=found.vm_id, exc_info=group)
             await _close_quietly(found.stream)
@@ -94,6 +98,7 @@ class Started:
     """What ``run`` reports through ``task_status`` once every listener is bound."""
 
     control: tuple[str, int]
+    current_port: int
     registry: VmRegistry
     supervisor: Supervisor
     stop: Callable[[], None]
@@ -107,7 +112,9 @@ async def run(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or ``Started.stop()``); then stop within the grace."""
     registry = VmRegistry()
-    supervisor = Supervisor(config, registry)
+    book = PortBook(config.debugger.state_file, config.debugger.ports)
+    ports = VmPorts(book, config.debugger.host)
+    supervisor = Supervisor(config, registry, ports)
     shutdown = trio.Event()
     grace = config.timeouts.shutdown_grace
 
@@ -136,6 +143,9 @@ async def run(
                 raise PortInUse(config.control.port, "[control] port") from exc
             raise
 
+        current = CurrentVmListener(registry, config.debugger.host, config.debugger.current_port)
+        current_port = await root.start(current.run)
+
         work = trio.CancelScope()
 
         async def discovery_and_vms() -> None:
@@ -155,7 +165,9 @@ async def run(
             control=f"{config.control.host}:{config.control.port}",
             scan=f"{config.scan.host}:{config.scan.ports}" if config.scan.enabled else "off",
         )
-        task_status.started(Started(_as_address(bound, config), registry, supervisor, stop))
+        task_status.started(
+            Started(_as_address(bound, config), current_port, registry, supervisor, stop)
+        )
         await shutdown.wait()
         work.cancel()
         signals_scope.cancel()

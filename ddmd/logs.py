@@ -78,6 +78,7 @@ class Event(StrEnum):
     LISTENER_CLOSED = "listener.closed"
     LISTENER_PORT_IN_USE = "listener.port_in_use"
     LISTENER_NON_LOOPBACK = "listener.non_loopback"
+    LISTENER_ACCEPT_FAILED = "listener.accept_failed"
     # discovery by port scan
     SCAN_PROBE_FAILED = "scan.probe_failed"
     SCAN_BACKOFF = "scan.backoff"
@@ -116,7 +117,10 @@ class Event(StrEnum):
     JDWP_PROTOCOL_ERROR = "jdwp.protocol_error"
     STREAM_CLOSE_FAILED = "stream.close_failed"
     # debuggers
+    DEBUGGER_LISTENING = "debugger.listening"
+    DEBUGGER_PORT_SKIPPED = "debugger.port_skipped"
     DEBUGGER_ATTACHED = "debugger.attached"
+    DEBUGGER_PROTOCOL_ERROR = "debugger.protocol_error"
     DEBUGGER_DETACHED = "debugger.detached"
     DEBUGGER_REJECTED = "debugger.rejected"
     DEBUGGER_HANDSHAKE_FAILED = "debugger.handshake_failed"
@@ -126,6 +130,12 @@ class Event(StrEnum):
     DEBUGGER_DISPOSE = "debugger.dispose"
     # the current-VM port
     CURRENT_CHANGED = "current.changed"
+    DDM_DBGD_SENT = "ddm.dbgd_sent"
+    DDM_DBGD_ACKNOWLEDGED = "ddm.dbgd_acknowledged"
+    DDM_PUSH_DISCARDED = "ddm.push_discarded"
+    VM_RECONNECT_FAILED = "vm.reconnect_failed"
+    VM_START_HELD = "vm.start_held"
+    PORTS_STATE_PROBLEM = "ports.state_problem"
     CURRENT_NONE = "current.none"
     # monitoring
     HEAP_INFO = "heap.info"

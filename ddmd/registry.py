@@ -15,9 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import structlog
+
 from ddmd.errors import TargetError
+from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.heap import HeapImage
+
+_log = structlog.get_logger("ddmd.registry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,15 @@ class VmHandle(Protocol):
         """The most recent decoded heap images (empty until a dump arrived)."""
         ...
 
+    def selection_key(self) -> str | None:
+        """``DEVICE|NAME`` (package, app, or address for a VM without a name); None while a
+        DDM VM is not named yet. The current-VM selection sticks to this key."""
+        ...
+
+    def adopt_debugger(self, stream: Any, peer: str, *, via: str) -> None:
+        """Take an accepted debugger connection (sync; the actor runs the session)."""
+        ...
+
 
 @dataclass(slots=True)
 class VmRegistry:
@@ -176,22 +190,86 @@ class VmRegistry:
 
     _vms: dict[str, VmHandle] = field(default_factory=dict)
     _listeners: list[Callable[[str, str], None]] = field(default_factory=list)
-    _current: str | None = None
+    _selected_key: str | None = None  # sticky selection: DEVICE|NAME of the chosen app
+    _selected_id: str | None = None  # the VM that was chosen (preferred among equal keys)
+    _last_current: str | None = None
 
     def add(self, handle: VmHandle) -> None:
         self._vms[handle.vm_id] = handle
         self._notify("added", handle.vm_id)
+        self._check_current("vm added")
 
     def remove(self, vm_id: str) -> None:
         if self._vms.pop(vm_id, None) is not None:
-            if self._current == vm_id:
-                self._current = None
             self._notify("removed", vm_id)
+            self._check_current("vm removed")
 
     def changed(self, vm_id: str) -> None:
         """An actor calls this when its snapshot changed in a way listeners care about."""
         if vm_id in self._vms:
             self._notify("changed", vm_id)
+
+    def key_changed(self, vm_id: str) -> None:
+        """An actor calls this when its selection key changed (named, renamed)."""
+        if vm_id in self._vms:
+            self._notify("changed", vm_id)
+            self._check_current("vm named")
+
+    # ------------------------------------------------------------------ current VM
+
+    def select(self, vm_id: str, *, reason: str = "selected") -> VmHandle:
+        """Make ``vm_id`` current; the choice sticks to its app (DEVICE|NAME) across restarts."""
+        handle = self._vms.get(vm_id)
+        if handle is None:
+            raise TargetError(f"no VM {vm_id!r}", candidates=self._describe(self._vms.values()))
+        self._selected_id = vm_id
+        self._selected_key = handle.selection_key() or f"id|{vm_id}"
+        self._check_current(reason)
+        return handle
+
+    def clear_selection(self) -> None:
+        self._selected_key = None
+        self._selected_id = None
+        self._check_current("selection cleared")
+
+    @property
+    def selected_key(self) -> str | None:
+        return self._selected_key
+
+    def current(self) -> VmHandle | None:
+        """The selected app's VM if it runs; otherwise the only VM if there is exactly one."""
+        if self._selected_key is not None:
+            if self._selected_id in self._vms:
+                chosen = self._vms[self._selected_id]
+                if self._key_of(chosen) == self._selected_key:
+                    return chosen
+            matches = [h for h in self._vms.values() if self._key_of(h) == self._selected_key]
+            if matches:
+                return matches[-1]  # the most recently found instance of that app
+        if len(self._vms) == 1:
+            return next(iter(self._vms.values()))
+        return None
+
+    def is_current(self, vm_id: str) -> bool:
+        handle = self.current()
+        return handle is not None and handle.vm_id == vm_id
+
+    def _key_of(self, handle: VmHandle) -> str:
+        return handle.selection_key() or f"id|{handle.vm_id}"
+
+    def _check_current(self, reason: str) -> None:
+        handle = self.current()
+        now = handle.vm_id if handle is not None else None
+        if now != self._last_current:
+            previous, self._last_current = self._last_current, now
+            _log.info(
+                Event.CURRENT_CHANGED,
+                vm=now,
+                previous=previous,
+                reason=reason,
+                selected=self._selected_key,
+            )
+            self._notify("current", now or "")
 
     def get(self, vm_id: str) -> VmHandle | None:
         return self._vms.get(vm_id)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +30,12 @@ import structlog
 import trio
 
 from ddmd.config import Config
+from ddmd.debugger import DebuggerSession
+from ddmd.discovery import Opener
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
+from ddmd.listeners import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
+from ddmd.ports import vm_key
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import ProtocolError, RemoteProtocolError
 from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind
@@ -44,11 +47,16 @@ from ddmd.protocol.jdwp import (
     CommandSet,
     ConnectionClosed,
     ErrorCode,
+    EventKind,
     Packet,
     PacketDecoder,
+    PacketHeader,
+    PacketPiece,
+    PacketStart,
     ReplyPacket,
     VirtualMachineCommand,
     encode,
+    encode_header,
 )
 from ddmd.registry import HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
 
@@ -133,7 +141,28 @@ class _Connection:
                 raise
 
 
-Opener = Callable[[], Awaitable[tuple[trio.abc.Stream, bytes]]]
+_ID_SIZES = (CommandSet.VIRTUAL_MACHINE, VirtualMachineCommand.ID_SIZES)
+_UNNAMED = ("", "<pre-initialized>")
+
+
+@dataclass(slots=True)
+class _RelayTarget:
+    """Where the pieces of a large packet go: a debugger, a waiter of ours, or nowhere."""
+
+    session: DebuggerSession | None = None
+    waiter_id: int = 0
+    header: PacketHeader | None = None
+    buffer: bytearray | None = None
+
+
+def _is_vm_start(packet: CommandPacket) -> bool:
+    data = packet.data
+    return (
+        packet.command_set == CommandSet.EVENT
+        and packet.command == 100
+        and len(data) >= 6
+        and data[5] == EventKind.VM_START
+    )
 
 
 class VmActor:
@@ -149,8 +178,10 @@ class VmActor:
         registry: VmRegistry,
         device: str | None = None,
         expected_pid: int | None = None,
+        ports: VmPorts | None = None,
     ) -> None:
         self._vm_id = vm_id
+        self._ports = ports
         self._source = source
         self._address = address
         self._config = config
@@ -190,6 +221,24 @@ class VmActor:
         self._bytes_out = 0
         self._timeouts = 0
         self._log = log.bind(vm=vm_id)
+        # Debugger bridge state.
+        self._nursery: trio.Nursery | None = None
+        self._session_nursery: trio.Nursery | None = None
+        self._debugger: DebuggerSession | None = None
+        self._ready = trio.Event()  # connected and not being released
+        self._recycle = False
+        self._releasing = False
+        self._held_vm_start: bytes | None = None
+        self._id_sizes: bytes | None = None
+        self._debugger_port: int | None = None
+        self._port_key: str | None = None
+        self._identified = False
+        self._reconnects = 0
+        self._relay_target: _RelayTarget | None = None
+        self.relayed_to_vm = 0
+        self.relayed_to_debugger = 0
+        self.bytes_to_vm = 0
+        self.bytes_to_debugger = 0
 
     # ------------------------------------------------------------------ public, sync
 
@@ -222,6 +271,13 @@ class VmActor:
             threads=threads,
             heaps=self._heaps,
             device=self._device,
+            debugger_port=self._debugger_port,
+            debugger=(
+                f"{self._debugger.peer} via {self._debugger.via}"
+                if self._debugger is not None and self._debugger.attached
+                else None
+            ),
+            current=self._registry.is_current(self._vm_id),
             connected_at=self._connected_at,
         )
 
@@ -282,35 +338,88 @@ class VmActor:
         self,
         stream: trio.abc.Stream,
         leftover: bytes = b"",
+        opener: Opener | None = None,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> str:
-        """Serve one VM connection until it ends; returns the reason. Registers the VM."""
+        """Serve the VM until its connection ends for good; returns the reason.
+
+        After a debugger leaves, the connection may be recycled (closed and reopened with
+        ``opener``) so the VM drops the debugger's state; the VM keeps its id and port.
+        """
         with structlog.contextvars.bound_contextvars(vm=self._vm_id):
             self._registry.add(self)
-            task_status.started()
             try:
-                return await self._session(stream, leftover)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    reason = await self._session(stream, leftover)
+                    while self._recycle and opener is not None:
+                        self._recycle = False
+                        reopened = await self._reopen(opener)
+                        if reopened is None:
+                            reason = "reconnect failed"
+                            break
+                        reason = await self._session(*reopened)
+                    nursery.cancel_scope.cancel()
+                return reason
             finally:
+                self._nursery = None
                 self._registry.remove(self._vm_id)
+
+    async def _reopen(self, opener: Opener) -> tuple[trio.abc.Stream, bytes] | None:
+        self._state = "reconnecting"
+        self._registry.changed(self._vm_id)
+        self._log.info(Event.VM_RECONNECTING)
+        delay = 0.01
+        last_error = ""
+        with trio.move_on_after(self._config.timeouts.reconnect):
+            while True:
+                try:
+                    opened = await opener()
+                except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                    last_error = str(exc) or type(exc).__name__
+                except Exception as exc:
+                    last_error = str(exc) or type(exc).__name__
+                else:
+                    self._reconnects += 1
+                    self._log.info(Event.VM_RECONNECTED, attempts_delay=delay)
+                    return opened
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        self._log.warning(Event.VM_RECONNECT_FAILED, error=last_error)
+        return None
 
     async def _session(self, stream: trio.abc.Stream, leftover: bytes) -> str:
         conn = _Connection(stream)
         self._conn = conn
         self._connected_at = time.time()
         self._state = "identifying"
-        decoder = PacketDecoder(max_length=self._config.limits.max_packet_bytes)
+        self._threads = {}
+        self._threads_known = False
+        self._relay_target = None
+        decoder = PacketDecoder(
+            max_length=self._config.limits.max_packet_bytes,
+            stream_threshold=self._config.debugger.relay_chunk_bytes,
+        )
         if leftover:
             decoder.receive_data(leftover)
         self._log.info(Event.VM_CONNECTED, address=self._address, source=self._source)
         reason = "closed"
         try:
             async with trio.open_nursery() as nursery:
+                self._session_nursery = nursery
+                self._releasing = False
+                self._ready.set()
                 nursery.start_soon(self._identify)
                 nursery.start_soon(self._poll_threads_loop)
                 reason = await self._read_loop(stream, decoder)
                 nursery.cancel_scope.cancel()
+            if self._recycle:
+                reason = "recycled after the debugger left"
         finally:
+            self._ready = trio.Event()
+            self._session_nursery = None
             conn.broken = True
             self._conn = None
             self._fail_waiters()
@@ -319,6 +428,8 @@ class VmActor:
                 cleanup.shield = True
                 with contextlib.suppress(Exception):
                     await stream.aclose()
+            if self._debugger is not None and not self._recycle:
+                self._debugger.end("the VM disconnected")
             self._log.info(Event.VM_DISCONNECTED, reason=reason)
         return reason
 
@@ -341,6 +452,12 @@ class VmActor:
                         self._packets_in += 1
                         self._bytes_in += event.length
                         self._dispatch(event)
+                    elif isinstance(event, PacketStart):
+                        self._packets_in += 1
+                        self._bytes_in += event.header.length
+                        self._relay_start(event.header)
+                    elif isinstance(event, PacketPiece):
+                        self._relay_piece(event)
             except RemoteProtocolError as exc:
                 self._log.warning(Event.VM_PROTOCOL_ERROR, error=str(exc))
                 return f"protocol error: {exc}"
@@ -366,6 +483,15 @@ class VmActor:
                 if waiter is not None:
                     waiter.reply = packet
                     waiter.event.set()
+                return
+            if (pending.command_set, pending.command) == _ID_SIZES and not packet.error_code:
+                self._id_sizes = packet.data
+            session = self._debugger
+            if session is not None and pending.origin is session:
+                data = encode(ReplyPacket(pending.original_id, packet.error_code, packet.data))
+                self.relayed_to_debugger += 1
+                self.bytes_to_debugger += len(data)
+                session.deliver(data)
             return
         if ddm.is_ddm(packet):
             try:
@@ -376,8 +502,63 @@ class VmActor:
             for chunk in chunks:
                 self._on_push(chunk)
             return
-        # A JDWP event or other VM command: the debugger bridge routes these (next issue).
-        self._log.debug("vm.event_dropped", command_set=packet.command_set, command=packet.command)
+        # A JDWP event (or another command of the VM): it belongs to the debugger.
+        session = self._debugger
+        if session is not None and session.attached:
+            data = encode(packet)
+            self.relayed_to_debugger += 1
+            self.bytes_to_debugger += len(data)
+            session.deliver(data)
+        elif _is_vm_start(packet):
+            # A suspend=y VM waits for whoever resumes it: keep this for the first debugger.
+            self._held_vm_start = encode(packet)
+            self._log.info(Event.VM_START_HELD)
+        else:
+            self._log.debug(
+                Event.VM_EVENT_DROPPED, command_set=packet.command_set, command=packet.command
+            )
+
+    def _relay_start(self, header: PacketHeader) -> None:
+        """The header of a packet too large to buffer: decide where its pieces go."""
+        target = _RelayTarget()
+        if header.is_reply:
+            pending = self._ids.resolve(header.id)
+            if pending is None:
+                self._log.info(Event.DDM_REPLY_UNKNOWN, id=header.id, length=header.length)
+            elif pending.origin is SELF:
+                target.waiter_id = header.id
+                target.header = header
+                target.buffer = bytearray()
+            elif self._debugger is not None and pending.origin is self._debugger:
+                target.session = self._debugger
+                target.session.deliver_start(encode_header(header.with_id(pending.original_id)))
+        elif header.command_set == CommandSet.DDM:
+            self._log.info(Event.DDM_PUSH_DISCARDED, id=header.id, length=header.length)
+        elif self._debugger is not None and self._debugger.attached:
+            target.session = self._debugger
+            target.session.deliver_start(encode_header(header))
+        if target.session is not None:
+            self.relayed_to_debugger += 1
+            self.bytes_to_debugger += header.length
+        self._relay_target = target
+
+    def _relay_piece(self, piece: PacketPiece) -> None:
+        target = self._relay_target
+        if target is None:
+            return
+        if target.session is not None:
+            target.session.deliver_piece(piece.data, last=piece.last)
+        elif target.buffer is not None:
+            target.buffer += piece.data
+        if piece.last:
+            self._relay_target = None
+            if target.buffer is not None and target.header is not None:
+                waiter = self._waiters.pop(target.waiter_id, None)
+                if waiter is not None:
+                    waiter.reply = ReplyPacket(
+                        target.header.id, target.header.error_code, bytes(target.buffer)
+                    )
+                    waiter.event.set()
 
     def _on_push(self, chunk: ddm.Chunk) -> None:
         changed = True
@@ -386,6 +567,8 @@ class VmActor:
         elif isinstance(chunk, ddm.WaitForDebugger):
             if not self._waiting:
                 self._log.info(Event.VM_WAITING_FOR_DEBUGGER, reason=chunk.reason)
+                if self._config.debugger.auto_select_waiting and self._debugger is None:
+                    self._registry.select(self._vm_id, reason="waiting for a debugger")
             self._waiting = True
         elif isinstance(chunk, ddm.ThreadCreated | ddm.ThreadRenamed):
             old = self._threads.get(chunk.thread_id)
@@ -474,6 +657,9 @@ class VmActor:
             self._user_id = user_id
         if renamed and (self._app, self._package) != old:
             self._log.info(Event.VM_APP_RENAMED, app=self._app, package=self._package)
+        if (self._app, self._package) != old:
+            self._registry.key_changed(self._vm_id)
+            self._maybe_listen()
 
     def _apply_thread_status(self, chunk: ddm.ThreadStatus | ddm.ThreadStatusDraft) -> None:
         seen: dict[int, ThreadSnapshot] = {}
@@ -553,7 +739,9 @@ class VmActor:
         self._timeouts += 1
         raise RequestTimedOut(f"{self._vm_id} did not answer within {patience:g} s")
 
-    async def _request(self, chunk: ddm.Chunk, *, feature: str) -> tuple[ddm.Chunk, ...]:
+    async def _request(
+        self, chunk: ddm.Chunk, *, feature: str, patience: float | None = None
+    ) -> tuple[ddm.Chunk, ...]:
         """A DDM request; returns the reply's chunks (empty for an empty reply).
 
         Timeouts and JDWP errors mark ``feature`` unsupported; FAIL raises DdmFailed.
@@ -562,7 +750,7 @@ class VmActor:
             raise FeatureUnsupported(
                 f"{self._vm_id} does not support {feature}: {self._unsupported[feature]}"
             )
-        timeout = self._config.timeouts.ddm_request
+        timeout = self._config.timeouts.ddm_request if patience is None else patience
         packet = ddm.ddm_command(0, chunk)
         try:
             reply = await self._raw_request(
@@ -591,6 +779,20 @@ class VmActor:
     # ------------------------------------------------------------------ identification
 
     async def _identify(self) -> None:
+        try:
+            await self._identify_once()
+        finally:
+            self._identified = True
+            self._maybe_listen()
+
+    async def _identify_once(self) -> None:
+        if self._ddm is False:
+            # Known from an earlier connection: a plain JVM. No DDM, no second Version.
+            self._state = "ready"
+            self._registry.changed(self._vm_id)
+            return
+        if self._ddm is None:
+            self._unsupported.pop("HELO", None)  # a silent VM gets one more HELO per connection
         try:
             chunks = await self._request(ddm.HeloRequest(1), feature="HELO")
         except FeatureUnsupported:
@@ -690,6 +892,156 @@ class VmActor:
                 self._thread_poll_wakeup = trio.Event()
                 with trio.move_on_after(interval):
                     await self._thread_poll_wakeup.wait()
+
+    # ------------------------------------------------------------------ debugger bridge
+
+    def selection_key(self) -> str | None:
+        for name in (self._package, self._app):
+            if name and name not in _UNNAMED:
+                return vm_key(self._device, name)
+        if self._identified and self._ddm is not True:
+            # A VM that reports no name (a plain JVM) is known by its address.
+            return vm_key(self._device, self._address)
+        return None
+
+    def _maybe_listen(self) -> None:
+        """Open the per-VM debugger port once the VM has a stable key."""
+        if self._ports is None or self._port_key is not None or self._nursery is None:
+            return
+        key = self.selection_key()
+        if key is None:
+            return
+        self._port_key = key
+        self._nursery.start_soon(self._serve_port, key)
+
+    async def _serve_port(self, key: str) -> None:
+        assert self._ports is not None
+        opened = await self._ports.open_for(key)
+        if opened is None:
+            return
+        listener, port = opened
+        self._debugger_port = port
+        self._registry.changed(self._vm_id)
+        self._log.info(Event.DEBUGGER_LISTENING, port=port, via="vm-port", key=key)
+        try:
+            await accept_loop(
+                listener, lambda stream, peer: self.adopt_debugger(stream, peer, via="vm-port")
+            )
+        finally:
+            self._ports.release(port)
+            self._debugger_port = None
+
+    def adopt_debugger(self, stream: trio.abc.Stream, peer: str, *, via: str) -> None:
+        nursery = self._nursery
+        if nursery is None:
+            return
+        holder = self._debugger
+        if holder is not None:
+            self._log.warning(
+                Event.DEBUGGER_REJECTED,
+                peer=peer,
+                via=via,
+                reason=f"{self._vm_id} already has a debugger",
+                holder=holder.peer,
+                holder_via=holder.via,
+            )
+            nursery.start_soon(close_with_reason, stream)
+            return
+        port = self._debugger_port if via == "vm-port" else self._config.debugger.current_port
+        session = DebuggerSession(
+            stream,
+            peer=peer,
+            via=via,
+            port=port,
+            target=self,
+            config=self._config,
+            vm_id=self._vm_id,
+        )
+        self._debugger = session
+        nursery.start_soon(session.run)
+
+    async def wait_debugger_ready(self, session: DebuggerSession) -> None:
+        """Bounded wait until the VM is connected (e.g. still reconnecting after a release)."""
+        with trio.move_on_after(self._config.timeouts.reconnect):
+            while not self._ready.is_set():
+                await self._ready.wait()
+            if session is not self._debugger:
+                raise VmGone(f"{self._vm_id}: debugger slot was taken over")
+            session.attached = True
+            self._waiting = False
+            self._registry.changed(self._vm_id)
+            held, self._held_vm_start = self._held_vm_start, None
+            if held is not None:
+                session.deliver(held)
+            return
+        raise VmGone(f"{self._vm_id} did not come back within [timeouts] reconnect")
+
+    def cached_id_sizes(self) -> bytes | None:
+        return self._id_sizes
+
+    async def forward(self, session: DebuggerSession, packet: CommandPacket) -> None:
+        if session is not self._debugger:
+            return
+        with trio.move_on_after(self._config.timeouts.reconnect):
+            while not self._ready.is_set():
+                await self._ready.wait()
+        conn = self._conn
+        if conn is None or not self._ready.is_set():
+            session.end("the VM is not connected")
+            return
+        vm_id = self._ids.allocate(session, packet.id, packet.command_set, packet.command, math.inf)
+        data = encode(CommandPacket(vm_id, packet.command_set, packet.command, packet.data))
+        try:
+            await conn.send(data)
+        except VmGone:
+            self._ids.resolve(vm_id)
+            session.end("the VM connection failed")
+            return
+        self._packets_out += 1
+        self._bytes_out += len(data)
+        self.relayed_to_vm += 1
+        self.bytes_to_vm += len(data)
+
+    def detach(self, session: DebuggerSession, reason: str) -> None:
+        if session is not self._debugger:
+            return
+        self._debugger = None
+        self._ids.drop_origin(session)
+        self._registry.changed(self._vm_id)
+        if session.attached and self._nursery is not None and self._conn is not None:
+            self._releasing = True
+            self._ready = trio.Event()  # new debuggers wait until the release is over
+            self._nursery.start_soon(self._release, reason)
+
+    async def _release(self, reason: str) -> None:
+        """Make the VM drop the debugger's state: DBGD if it acknowledges, else reconnect."""
+        session_nursery = self._session_nursery
+        if self._ddm is True and self._conn is not None:
+            self._log.info(Event.DDM_DBGD_SENT, after=reason)
+            acknowledged = False
+            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
+                chunks = await self._request(
+                    ddm.Dbgd(), feature="DBGD", patience=self._config.timeouts.dbgd_ack
+                )
+                acknowledged = any(isinstance(c, ddm.Dbgd) for c in chunks)
+            if acknowledged and self._conn is not None:
+                self._log.info(Event.DDM_DBGD_ACKNOWLEDGED)
+                self._releasing = False
+                self._ready.set()
+                return
+        # Closing the connection releases breakpoints and suspensions on every VM family.
+        self._recycle = True
+        if session_nursery is not None:
+            session_nursery.cancel_scope.cancel()
+
+    def bridge_statistics(self) -> dict[str, int]:
+        return {
+            "packets_to_vm": self.relayed_to_vm,
+            "packets_to_debugger": self.relayed_to_debugger,
+            "bytes_to_vm": self.bytes_to_vm,
+            "bytes_to_debugger": self.bytes_to_debugger,
+            "reconnects": self._reconnects,
+        }
 
 
 def _error_name(code: int) -> str:

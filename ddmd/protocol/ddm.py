@@ -42,14 +42,16 @@ Decoding rules:
 - Malformed data raises ``RemoteProtocolError`` naming the chunk type, the field and the offset.
 - Fixed layouts reject trailing bytes. Extensible layouts do not: HELO and APNM parse each
   trailer only while bytes remain and keep whatever follows the last known trailer in
-  ``extra``; THST and REAL honour their length bytes and skip unknown extra bytes (re-encoded
-  as zeros, or canonically for REAL).
+  ``extra``; a trailer cut short (two bytes where the s4 user id would be) is rejected. THST
+  and REAL honour their length bytes and skip unknown extra bytes (re-encoded as zeros, or
+  canonically for REAL).
 - ``str16`` strings decode with ``surrogatepass``, so unpaired surrogates round-trip
   byte-exact. A Python string holding a surrogate *pair* as two separate code points
   encodes fine but decodes back as one code point: build strings from real characters.
 - Booleans: ``HeloReply.native_debuggable`` is ``byte == 1`` (protocol.md: 1 = true, anything
   else false); every other flag is ``byte != 0``, as the VMs and ddmlib read them. Flag bytes
-  other than 0 and 1 therefore do not re-encode byte-exact; every other field does.
+  other than 0 and 1 therefore do not re-encode byte-exact; apart from these and the skipped
+  THST/REAL bytes, encode(decode(data)) == data for every chunk.
 - ZLIB chunks decode to ``Zlib``; nothing is inflated until ``inflate_chunk`` is called with
   a size limit.
 """
@@ -68,6 +70,8 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .jdwp import DDM_COMMAND, CommandPacket, CommandSet, ReplyPacket
 
 __all__ = [
+    "CHUNK_HEADER_SIZE",
+    "VIEW_DEBUG_TYPES",
     "AllocTrackingEnable",
     "AllocTrackingQuery",
     "AllocTrackingStatus",

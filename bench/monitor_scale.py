@@ -1,0 +1,572 @@
+"""Monitor scalability benchmark: ddmd's CPU share, RSS and identification latency with N VMs.
+
+Run: ``.venv/bin/python bench/monitor_scale.py [--vms 100 500] [--measure 20] [--interval 2.0]``
+
+For each N this starts, as separate processes:
+
+- N simulated DDM VMs in ONE child process, on N consecutive free ports. The child is this
+  script in ``--sim-host`` mode: it runs ``ddmd.sim.serve_many`` (the code behind
+  ``ddmd sim --count N``) with its logging off, and answers "stats" on stdin with every sim's
+  own request counters, so the THST poll rate is counted where the polls arrive;
+- ``ddmd run --config FILE --log-format json`` scanning those ports plus a few left free, with
+  ``[monitor] always_poll_threads = true`` and ``thread_poll_interval = 0.5`` (2 Hz for every VM).
+
+Once the control API lists N DDM VMs and a settle time has passed, it reads ddmd's utime+stime
+from /proc/PID/stat before and after ``--measure`` seconds (CPU share = CPU seconds / wall
+seconds, as a fraction of one core), VmRSS and VmHWM from /proc/PID/status, and the per-VM
+DDM request rate the sims saw in the same window. Then it starts ``ddmd sim --count 1`` on a
+free port of the scan range ``--trials`` times, at random moments, and takes the time from the
+sim's "listening" line (wall clock when it is read) to ddmd's ``vm.hello`` log line for that VM
+(its JSON ``ts``, UTC). The scan probes every ``interval`` seconds, so that latency is spread
+uniformly over [0, interval] plus the probe and HELO cost.
+
+Targets: 500 VMs on under half of one core and under 300 MB RSS; a new VM identified within
+one scan interval plus 100 ms. The same limits are applied to every N. Prints figures and
+PASS/MISS; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+CPU_TARGET = 0.5  # fraction of one core
+RSS_TARGET_MB = 300.0
+LATENCY_SLACK = 0.1  # seconds on top of one scan interval
+POLL_INTERVAL = 0.5  # [monitor] thread_poll_interval: 2 Hz
+POLL_TOLERANCE = 0.95  # the poll loop sleeps after each reply, so it runs a little under 2 Hz
+FIRST_PORT = 20000  # below Linux's ephemeral range (32768-60999), so probes never collide
+# Keep the sims cheap: a small heap, a GC (with its HPIF push) every 10 s, rare thread churn.
+SIM_THREADS = 8
+SIM_GC_INTERVAL = 10.0
+SIM_CHURN_INTERVAL = 10.0
+SIM_HEAP_MB = 1
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes
+
+
+class Child:
+    """A child process; a thread drains its stdout into a queue of (time.time(), line)."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, stdout: IO[str] | None = None) -> None:
+        self.name = name
+        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=stdout if stdout is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr: list[str] = []
+        self._threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
+        if stdout is None:
+            self._threads.append(threading.Thread(target=self._drain_stdout, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _drain_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put((time.time(), line.rstrip("\n")))
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip("\n"))
+            del self.stderr[:-50]
+
+    def wait_line(self, needle: str, timeout: float) -> tuple[float, str]:
+        """The first stdout line containing ``needle`` and when it was read."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{self.name}: no line with {needle!r} within {timeout:g} s")
+            with contextlib.suppress(queue.Empty):
+                stamp, line = self.lines.get(timeout=min(left, 0.2))
+                if needle in line:
+                    return stamp, line
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def check_alive(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            tail = "\n".join(self.stderr[-15:])
+            raise RuntimeError(f"{self.name} exited with code {code}:\n{tail}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 8 s."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(8)  # ddmd's shutdown_grace is 5 s
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+# --------------------------------------------------------------------------------------------
+# Ports, config, log
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_block(count: int, start: int) -> int:
+    """The first port of ``count`` consecutive free ports at or above ``start``."""
+    base = start
+    while base + count <= 32768:
+        busy = next((p for p in range(base, base + count) if not port_free(p)), None)
+        if busy is None:
+            return base
+        base = busy + 1
+    raise RuntimeError(f"no {count} consecutive free ports between {start} and 32767")
+
+
+def write_config(
+    path: Path, *, scan: str, control_port: int, interval: float, max_vms: int
+) -> None:
+    path.write_text(
+        f"""\
+[scan]
+host = "127.0.0.1"
+ports = "{scan}"
+interval = {interval}
+backoff_max = {max(60.0, interval)}
+
+[adb]
+enabled = "off"
+
+[debugger]
+state_file = "{path.parent / "ports.json"}"
+
+[control]
+host = "127.0.0.1"
+port = {control_port}
+
+[monitor]
+thread_poll_interval = {POLL_INTERVAL}
+always_poll_threads = true
+heap_info = true
+
+[limits]
+max_vms = {max_vms}
+
+[log]
+format = "json"
+level = "info"
+"""
+    )
+
+
+class LogTail:
+    """Reads ddmd's JSON log as it grows; keeps the first ``ts`` of chosen events per VM."""
+
+    EVENTS = ("vm.found", "vm.hello")
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("r", encoding="utf-8", errors="replace")
+        self._partial = ""
+        self.seen: dict[tuple[str, str], float] = {}
+        self.levels: dict[str, int] = {}
+        self.problems: dict[str, int] = {}
+
+    def poll(self) -> None:
+        text = self._partial + self._file.read()
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            level, event = record.get("level", "?"), record.get("event", "?")
+            self.levels[level] = self.levels.get(level, 0) + 1
+            if level in ("warning", "error", "critical"):
+                self.problems[event] = self.problems.get(event, 0) + 1
+            if event in self.EVENTS and "vm" in record:
+                key = (event, record["vm"])
+                if key not in self.seen:
+                    self.seen[key] = datetime.fromisoformat(record["ts"]).timestamp()
+
+    def wait(self, event: str, vm: str, timeout: float, ddmd: Child) -> float:
+        deadline = time.monotonic() + timeout
+        while (event, vm) not in self.seen:
+            ddmd.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {event} for {vm} within {timeout:g} s")
+            time.sleep(0.01)
+            self.poll()
+        return self.seen[(event, vm)]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# --------------------------------------------------------------------------------------------
+# One run
+
+
+@dataclass
+class Result:
+    vms: int
+    cpu: float = 0.0
+    sim_cpu: float = 0.0
+    rss_mb: float = 0.0
+    hwm_mb: float = 0.0
+    poll_hz: list[float] = field(default_factory=list)
+    reconnects: int = 0
+    latencies: list[float] = field(default_factory=list)
+    found_to_hello: list[float] = field(default_factory=list)
+    problems: dict[str, int] = field(default_factory=dict)
+
+
+def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
+    """Poll the control API until it lists ``n`` ready DDM VMs with threads; returns seconds."""
+    import httpx
+
+    url = f"http://127.0.0.1:{control_port}/api/v1/vms"
+    t0 = time.monotonic()
+    last = -1
+    with httpx.Client(timeout=10.0) as client:
+        while True:
+            ddmd.check_alive()
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout:
+                raise TimeoutError(f"only {last} of {n} VMs ready after {timeout:g} s")
+            try:
+                vms = client.get(url).json()
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.5)
+                continue
+            ready = [v for v in vms if v["ddm"] is True and v["state"] == "ready" and v["threads"]]
+            if len(ready) != last:
+                last = len(ready)
+                print(f"    {last}/{n} VMs ready after {elapsed:.1f} s", flush=True)
+            if last >= n:
+                return elapsed
+            time.sleep(1.0)
+
+
+def sim_stats(host: Child) -> dict[int, tuple[int, int]]:
+    """port -> (DDM requests received, connections accepted), from the sims' own counters."""
+    host.send("stats")
+    _, line = host.wait_line('{"stats"', 30)
+    return {int(p): (req, acc) for p, req, acc in json.loads(line)["stats"]}
+
+
+def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
+    result = Result(n)
+    trials = args.trials
+    base = free_block(n + trials + 1, args.first_port)
+    scan_last = base + n + trials - 1
+    control_port = scan_last + 1
+    config = work / f"ddmd-{n}.toml"
+    log_path = work / f"ddmd-{n}.log"
+    write_config(
+        config,
+        scan=f"{base}-{scan_last}",
+        control_port=control_port,
+        interval=args.interval,
+        max_vms=n + trials + 16,
+    )
+    print(
+        f"N={n}: sims on {base}-{base + n - 1}, free for trials {base + n}-{scan_last}, "
+        f"control {control_port}, log {log_path}",
+        flush=True,
+    )
+    children: list[Child] = []
+    log_file = log_path.open("w", encoding="utf-8")
+    tail = LogTail(log_path)
+    try:
+        host = Child(
+            "sim host",
+            [sys.executable, str(Path(__file__).resolve()), "--sim-host", str(base), str(n)],
+        )
+        children.append(host)
+        host.wait_line('{"ready"', 60 + n * 0.2)
+        argv = [
+            sys.executable,
+            "-m",
+            "ddmd",
+            "run",
+            "--config",
+            str(config),
+            "--log-format",
+            "json",
+        ]
+        ddmd = Child("ddmd", argv, stdout=log_file)
+        children.append(ddmd)
+        took = wait_ready(control_port, n, args.startup_timeout or 60 + n * 0.3, ddmd)
+        print(f"    all {n} identified {took:.1f} s after ddmd started; settling", flush=True)
+        time.sleep(args.settle)
+
+        # CPU, RSS and poll rate over one window.
+        before = sim_stats(host)
+        t0, c0, s0 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        time.sleep(args.measure)
+        t1, c1, s1 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        after = sim_stats(host)
+        result.rss_mb, result.hwm_mb = memory_mb(ddmd.pid)
+        window = t1 - t0
+        result.cpu = (c1 - c0) / window
+        result.sim_cpu = (s1 - s0) / window
+        result.poll_hz = [(after[p][0] - before[p][0]) / window for p in sorted(before)]
+        result.reconnects = sum(after[p][1] - before[p][1] for p in before)
+
+        # Identification latency: one more sim at a random moment, on a port left free.
+        rng = random.Random(args.seed)
+        for k in range(trials):
+            port = base + n + k
+            time.sleep(rng.uniform(0, args.interval))
+            sim = Child(
+                f"sim on {port}",
+                [
+                    sys.executable,
+                    "-m",
+                    "ddmd",
+                    "sim",
+                    "--count",
+                    "1",
+                    "--port",
+                    str(port),
+                    "--pid",
+                    str(900000 + k),
+                    "--app",
+                    f"bench.late{k}",
+                    "--gc-interval",
+                    "0",
+                    "--churn-interval",
+                    "0",
+                    "--heap-mb",
+                    "1",
+                ],
+            )
+            children.append(sim)
+            listening, _ = sim.wait_line("listening on", 60)
+            hello = tail.wait("vm.hello", f"tcp:{port}", args.interval * 3 + 30, ddmd)
+            found = tail.seen[("vm.found", f"tcp:{port}")]
+            result.latencies.append(hello - listening)
+            result.found_to_hello.append(hello - found)
+            print(
+                f"    trial {k + 1}: listening -> vm.hello {hello - listening:.3f} s "
+                f"(vm.found -> vm.hello {hello - found:.3f} s)",
+                flush=True,
+            )
+            sim.stop()
+            children.remove(sim)
+        result.hwm_mb = max(result.hwm_mb, memory_mb(ddmd.pid)[1])
+        tail.poll()
+        result.problems = dict(tail.problems)
+    finally:
+        for child in reversed(children):
+            child.stop()
+        log_file.close()
+        tail.close()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def report(results: Sequence[Result], interval: float) -> None:
+    def trio3(values: Sequence[float], fmt: str) -> str:
+        if not values:
+            return "-"
+        return "/".join(
+            format(v, fmt) for v in (min(values), statistics.median(values), max(values))
+        )
+
+    print()
+    print(f"ddmd monitor scale, {os.cpu_count()} CPUs, scan interval {interval:g} s, THST at 2 Hz")
+    head = (
+        f"{'VMs':>5}  {'CPU core':>8}  {'sims core':>9}  {'RSS MB now/peak':>15}  "
+        f"{'THST Hz/VM min/med/max':>22}  {'hello s min/med/max':>19}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        print(
+            f"{r.vms:>5}  {r.cpu:>8.3f}  {r.sim_cpu:>9.3f}  "
+            f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15}  {trio3(r.poll_hz, '.2f'):>22}  "
+            f"{trio3(r.latencies, '.3f'):>19}"
+        )
+    print()
+    want_hz = POLL_TOLERANCE / POLL_INTERVAL
+    limit = interval + LATENCY_SLACK
+    for r in results:
+        late = max(r.latencies) if r.latencies else float("inf")
+        slow = min(r.poll_hz) if r.poll_hz else 0.0
+        print(
+            f"N={r.vms}: CPU {r.cpu:.3f} < {CPU_TARGET} core {verdict(r.cpu < CPU_TARGET)} "
+            f"(margin {CPU_TARGET - r.cpu:+.3f}); "
+            f"peak RSS {r.hwm_mb:.0f} < {RSS_TARGET_MB:.0f} MB {verdict(r.hwm_mb < RSS_TARGET_MB)} "
+            f"(margin {RSS_TARGET_MB - r.hwm_mb:+.0f} MB)"
+        )
+        print(
+            f"{'':{len(str(r.vms)) + 4}}max hello latency {late:.3f} <= {limit:g} s "
+            f"{verdict(late <= limit)} (margin {limit - late:+.3f} s); "
+            f"slowest VM polled {slow:.2f} >= {want_hz:.2f} Hz {verdict(slow >= want_hz)}"
+        )
+        if r.found_to_hello:
+            print(
+                f"{'':{len(str(r.vms)) + 4}}vm.found -> vm.hello "
+                f"{trio3(r.found_to_hello, '.3f')} s; sim reconnects in window {r.reconnects}; "
+                f"warnings/errors logged {sum(r.problems.values())} {r.problems or ''}"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# The sim host child: N sims in one trio process, counters on request
+
+
+def sim_host(base: int, count: int) -> None:
+    import logging
+
+    import structlog
+    import trio
+
+    from ddmd.sim import SimConfig, SimVm, make_configs, serve_many
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    configs = make_configs(
+        SimConfig(
+            port=base,
+            pid=10000,
+            app_name="bench.sim",
+            threads=SIM_THREADS,
+            gc_interval=SIM_GC_INTERVAL,
+            churn_interval=SIM_CHURN_INTERVAL,
+            heap_mb=SIM_HEAP_MB,
+        ),
+        count,
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            vms: tuple[SimVm, ...] = await nursery.start(serve_many, configs)
+            print(json.dumps({"ready": [vm.port for vm in vms]}), flush=True)
+            stdin = trio.wrap_file(sys.stdin)
+            while line := await stdin.readline():
+                if line.strip() == "stats":
+                    rows = []
+                    for vm in vms:
+                        s = vm.statistics()
+                        rows.append((s.port, s.ddm_requests, s.connections_accepted))
+                    print(json.dumps({"stats": rows}), flush=True)
+            nursery.cancel_scope.cancel()  # stdin closed: the benchmark is gone
+
+    trio.run(main)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--sim-host"]:
+        sim_host(int(argv[1]), int(argv[2]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vms", type=int, nargs="+", default=[100, 500], help="VM counts")
+    parser.add_argument("--measure", type=float, default=20.0, help="CPU window, seconds")
+    parser.add_argument("--interval", type=float, default=2.0, help="[scan] interval, seconds")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds before measuring")
+    parser.add_argument("--trials", type=int, default=5, help="identification latency trials")
+    parser.add_argument("--startup-timeout", type=float, default=0.0, help="0: 60 + 0.3 s/VM")
+    parser.add_argument("--first-port", type=int, default=FIRST_PORT)
+    parser.add_argument("--seed", type=int, default=None, help="for the trial start moments")
+    parser.add_argument("--keep", action="store_true", help="keep the configs and logs")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
+    work = Path(tempfile.mkdtemp(prefix="ddmd-bench-"))
+    results: list[Result] = []
+    try:
+        for n in args.vms:
+            results.append(run_one(n, args, work))  # noqa: PERF401 (partial results on Ctrl-C)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if args.keep:
+            print(f"configs and logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        if results:
+            report(results, args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""DebuggerSession: one accepted debugger connection (jdb, Android Studio) bridged to one VM.
+
+Layer: imports protocol/, config, errors, logs. It talks to the VM only through the small
+``BridgeTarget`` API of its VmActor; it never touches the VM stream or the id map.
+
+    debugger ──handshake (answered here)──▶ session
+    debugger ──commands──▶ session.reader ──▶ actor.forward()  (ids rewritten by the actor)
+    actor reader ──replies/events──▶ session.deliver() ──bounded queue──▶ writer ──▶ debugger
+
+VirtualMachine.Dispose is answered here (empty reply) and ends the session; the actor then
+releases the VM (DBGD, or close and reopen). Reply packets sent by a debugger are dropped and
+logged (a VM never expects replies). When the outbound queue is full the debugger is too slow:
+it is disconnected (``debugger.slow_consumer``) instead of stalling the VM reader.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import structlog
+import trio
+
+from ddmd.config import Config
+from ddmd.errors import VmGone
+from ddmd.logs import Event
+from ddmd.protocol.errors import RemoteProtocolError
+from ddmd.protocol.jdwp import (
+    EOF,
+    HANDSHAKE,
+    NEED_DATA,
+    CommandPacket,
+    CommandSet,
+    Handshake,
+    PacketDecoder,
+    ReplyPacket,
+    VirtualMachineCommand,
+    encode,
+)
+
+log = structlog.get_logger("ddmd.debugger")
+
+RECEIVE_SIZE = 65536
+
+
+class BridgeTarget(Protocol):
+    """What a session needs from its VM actor."""
+
+    async def wait_debugger_ready(self, session: DebuggerSession) -> None:
+        """Wait (bounded) until the VM is connected; then hand over held events."""
+        ...
+
+    async def forward(self, session: DebuggerSession, packet: CommandPacket) -> None:
+        """Write the debugger's command to the VM with a rewritten id."""
+        ...
+
+    def cached_id_sizes(self) -> bytes | None: ...
+
+    def detach(self, session: DebuggerSession, reason: str) -> None:
+        """The session ended; release the VM."""
+        ...
+
+
+class DebuggerSession:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        peer: str,
+        via: str,
+        port: int | None,
+        target: BridgeTarget,
+        config: Config,
+        vm_id: str,
+    ) -> None:
+        self.peer = peer
+        self.via = via
+        self.port = port
+        self._stream = stream
+        self._target = target
+        self._config = config
+        self._send, self._receive = trio.open_memory_channel[bytes](config.debugger.queue_packets)
+        self._scope = trio.CancelScope()
+        self._mid_packet = False
+        self._deferred: list[bytes] = []
+        self._end_reason: str | None = None
+        self.attached = False
+        self.packets_in = 0
+        self.packets_out = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self._log = log.bind(vm=vm_id, peer=peer, via=via, port=port)
+
+    def __repr__(self) -> str:
+        return f"<debugger {self.peer} via {self.via}>"
+
+    # ------------------------------------------------------------------ from the VM side (sync)
+
+    def deliver(self, data: bytes) -> None:
+        """Queue one whole encoded packet for the debugger."""
+        if self._mid_packet:
+            self._deferred.append(data)
+            return
+        self._put(data)
+
+    def deliver_start(self, header: bytes) -> None:
+        """Start relaying a large packet in pieces; nothing else is interleaved until it ends."""
+        self._put(header)
+        self._mid_packet = True
+
+    def deliver_piece(self, data: bytes, *, last: bool) -> None:
+        self._put(data)
+        if last:
+            self._mid_packet = False
+            deferred, self._deferred = self._deferred, []
+            for item in deferred:
+                self._put(item)
+
+    def _put(self, data: bytes) -> None:
+        if self._end_reason is not None:
+            return
+        try:
+            self._send.send_nowait(data)
+        except trio.WouldBlock:
+            self._log.warning(
+                Event.DEBUGGER_SLOW_CONSUMER, queue=self._config.debugger.queue_packets
+            )
+            self.end("slow consumer")
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    def end(self, reason: str) -> None:
+        """Disconnect this debugger (from any task)."""
+        if self._end_reason is None:
+            self._end_reason = reason
+        self._scope.cancel()
+
+    # ------------------------------------------------------------------ the session task
+
+    async def run(self) -> None:
+        reason = "closed"
+        try:
+            with self._scope:
+                reason = await self._run()
+        finally:
+            reason = self._end_reason or reason
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await self._stream.aclose()
+            if self.attached:
+                self._log.info(
+                    Event.DEBUGGER_DETACHED,
+                    reason=reason,
+                    packets_in=self.packets_in,
+                    packets_out=self.packets_out,
+                )
+            self._target.detach(self, reason)
+
+    async def _run(self) -> str:
+        decoder = PacketDecoder(
+            max_length=self._config.limits.max_packet_bytes, expect_handshake=True
+        )
+        try:
+            with trio.fail_after(self._config.timeouts.handshake):
+                while True:
+                    event = decoder.next_event()
+                    if isinstance(event, Handshake):
+                        break
+                    if event is EOF:
+                        return "closed before the handshake"
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                    decoder.receive_data(data)
+                await self._target.wait_debugger_ready(self)
+                await self._stream.send_all(HANDSHAKE)
+        except trio.TooSlowError:
+            self._log.warning(Event.DEBUGGER_HANDSHAKE_TIMED_OUT)
+            return "handshake timed out"
+        except RemoteProtocolError as exc:
+            self._log.warning(Event.DEBUGGER_HANDSHAKE_FAILED, error=str(exc))
+            return f"bad handshake: {exc}"
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            return f"connection error: {exc}"
+        except VmGone as exc:
+            self._log.warning(Event.DEBUGGER_REJECTED, reason=str(exc))
+            return str(exc)
+        self.attached = True
+        self._log.info(Event.DEBUGGER_ATTACHED)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._writer)
+            reason = await self._reader(decoder)
+            # Let the writer flush what is queued (the Dispose reply), then stop it; a
+            # debugger that does not read gets a short grace only.
+            self._send.close()
+            nursery.cancel_scope.deadline = trio.current_time() + self._config.timeouts.handshake
+        return reason
+
+    async def _writer(self) -> None:
+        async with self._receive:
+            async for data in self._receive:
+                try:
+                    await self._stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self.end(f"connection error: {exc}")
+                    return
+                self.packets_out += 1
+                self.bytes_out += len(data)
+
+    async def _reader(self, decoder: PacketDecoder) -> str:
+        while True:
+            try:
+                while True:
+                    event = decoder.next_event()
+                    if event is NEED_DATA:
+                        break
+                    if event is EOF:
+                        return "debugger closed the connection"
+                    if isinstance(event, CommandPacket):
+                        self.packets_in += 1
+                        self.bytes_in += event.length
+                        if await self._on_command(event):
+                            return "VirtualMachine.Dispose"
+                    elif isinstance(event, ReplyPacket):
+                        self._log.info(
+                            Event.DEBUGGER_REPLY_DROPPED, id=event.id, error=event.error_code
+                        )
+            except RemoteProtocolError as exc:
+                self._log.warning(Event.DEBUGGER_PROTOCOL_ERROR, error=str(exc))
+                return f"protocol error: {exc}"
+            try:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                return f"connection error: {exc}"
+            decoder.receive_data(data)
+
+    async def _on_command(self, packet: CommandPacket) -> bool:
+        """Handle one command; True when the debugger is leaving (Dispose)."""
+        if packet.command_set == CommandSet.VIRTUAL_MACHINE:
+            if packet.command == VirtualMachineCommand.DISPOSE:
+                self._log.info(Event.DEBUGGER_DISPOSE)
+                self.deliver(encode(ReplyPacket(packet.id, 0)))
+                return True
+            if packet.command == VirtualMachineCommand.ID_SIZES:
+                cached = self._target.cached_id_sizes()
+                if cached is not None:
+                    self.deliver(encode(ReplyPacket(packet.id, 0, cached)))
+                    return False
+        await self._target.forward(self, packet)
+        return False

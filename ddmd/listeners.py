@@ -1,0 +1,140 @@
+"""Debugger listening ports: one per VM, plus the current-VM port (default 8700).
+
+Layer: imports config, registry, logs. Accepts connections and hands each one to the right VM
+actor (which starts a DebuggerSession in its own nursery, so a debugger never outlives its VM).
+No JDWP parsing here.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from ddmd.config import is_loopback_host
+from ddmd.errors import PortInUse
+from ddmd.logs import Event
+from ddmd.ports import PortBook
+from ddmd.registry import VmRegistry
+
+log = structlog.get_logger("ddmd.listeners")
+
+# Called with the accepted stream and the peer's "host:port"; must not block.
+Acceptor = Callable[[trio.SocketStream, str], None]
+
+
+def peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+async def open_listener(host: str, port: int, *, key: str) -> trio.SocketListener:
+    """Bind one TCP listener; a taken port raises PortInUse naming ``key``."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(port, key, host) from exc
+        raise
+    if not is_loopback_host(host):
+        log.warning(Event.LISTENER_NON_LOOPBACK, host=host, port=port, key=key)
+    return listeners[0]
+
+
+async def accept_loop(listener: trio.SocketListener, accept: Acceptor) -> None:
+    """Accept until cancelled; the listener is closed on the way out."""
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                # Out of file descriptors and similar: wait a moment rather than spin.
+                log.warning(Event.LISTENER_ACCEPT_FAILED, error=str(exc))
+                await trio.sleep(0.1)
+                continue
+            accept(stream, peer_name(stream))
+
+
+async def close_with_reason(stream: trio.abc.Stream) -> None:
+    with trio.move_on_after(1) as scope:
+        scope.shield = True
+        await stream.aclose()
+
+
+class CurrentVmListener:
+    """The current-VM port: each connection goes to whatever VM is current at accept time."""
+
+    def __init__(self, registry: VmRegistry, host: str, port: int) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listener = await open_listener(self._host, self._port, key="debugger.current_port")
+        bound = listener.socket.getsockname()[1]
+        log.info(Event.DEBUGGER_LISTENING, port=bound, via="current")
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started(bound)
+            await accept_loop(listener, self._accept)
+
+    def _accept(self, stream: trio.SocketStream, peer: str) -> None:
+        handle = self._registry.current()
+        if handle is None:
+            log.warning(
+                Event.DEBUGGER_REJECTED,
+                peer=peer,
+                port=self._port,
+                reason="no current VM: select one with 'ddmd select TARGET'",
+                vms=len(self._registry),
+            )
+            assert self._nursery is not None
+            self._nursery.start_soon(close_with_reason, stream)
+            return
+        handle.adopt_debugger(stream, peer, via="current")
+
+
+class VmPorts:
+    """Hands out per-VM debugger ports from the configured range, using the PortBook so an app
+    gets the same port after a restart. A port taken by another program is skipped (logged)."""
+
+    def __init__(self, book: PortBook, host: str) -> None:
+        self._book = book
+        self._host = host
+        self._in_use: set[int] = set()
+        for problem in book.problems:
+            log.warning(Event.PORTS_STATE_PROBLEM, problem=problem)
+
+    async def open_for(self, key: str) -> tuple[trio.SocketListener, int] | None:
+        for port in self._book.candidates(key, set(self._in_use)):
+            if port in self._in_use:
+                continue
+            try:
+                listener = await open_listener(self._host, port, key="debugger.ports")
+            except PortInUse:
+                log.warning(
+                    Event.DEBUGGER_PORT_SKIPPED, port=port, reason="in use by another program"
+                )
+                continue
+            self._in_use.add(port)
+            self._book.record(key, port)
+            try:
+                await trio.to_thread.run_sync(self._book.save)
+            except OSError as exc:
+                log.warning(Event.PORTS_STATE_PROBLEM, problem=f"cannot save: {exc}")
+            return listener, port
+        log.error(
+            Event.DEBUGGER_PORT_SKIPPED,
+            key=key,
+            reason="no free port left in [debugger] ports",
+        )
+        return None
+
+    def release(self, port: int) -> None:
+        self._in_use.discard(port)
