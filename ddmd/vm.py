@@ -832,7 +832,11 @@ class VmActor:
         if self._config.monitor.heap_info:
             with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
                 await self._request(ddm.HeapInfoRequest(3), feature="HPIF")
-                await self._request(ddm.HeapInfoRequest(1), feature="HPIF")
+                # Shipped VMs push the HPIF data before an empty reply; the 2007 draft put
+                # it in the reply itself (protocol.md 3.4). Take it from either.
+                for chunk in await self._request(ddm.HeapInfoRequest(1), feature="HPIF"):
+                    if isinstance(chunk, ddm.HeapInfo):
+                        self._on_push(chunk)
 
     def _apply_hello(self, hello: ddm.HeloReply) -> None:
         if self._expected_pid is not None and hello.pid != self._expected_pid:
