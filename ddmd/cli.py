@@ -115,16 +115,30 @@ def check_config(file: str) -> None:
 )
 def run(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
     """Run the daemon in the foreground until SIGINT or SIGTERM."""
+    _serve("run", config_file, log_format, log_level, "ddmd.daemon", "run")
+
+
+def _serve(
+    command: str,
+    config_file: str | None,
+    log_format: str | None,
+    log_level: str | None,
+    module: str,
+    entry: str,
+) -> None:
+    """Resolve the config, configure logs, and run ``module.entry(config)`` under trio."""
     env = os.environ
     try:
         path = find_config_file(config_file, env)
         if path is None:
-            click.echo("ddmd run: no config file found; using the built-in defaults", err=True)
+            click.echo(
+                f"ddmd {command}: no config file found; using the built-in defaults", err=True
+            )
         else:
-            click.echo(f"ddmd run: using config file {path}", err=True)
+            click.echo(f"ddmd {command}: using config file {path}", err=True)
         config = load_config(path, env=env)
     except ConfigError as err:
-        _fail("run", err, EXIT_CONFIG)
+        _fail(command, err, EXIT_CONFIG)
 
     configure(fmt=log_format or config.log.format, level=(log_level or config.log.level).lower())
     if path is None:
@@ -132,29 +146,47 @@ def run(config_file: str | None, log_format: str | None, log_level: str | None) 
     else:
         log.info(Event.CONFIG_LOADED, path=str(path))
 
-    try:
-        daemon = importlib.import_module("ddmd.daemon")
-    except ImportError as exc:
-        if exc.name != "ddmd.daemon":
-            raise  # the daemon exists but something it imports is broken: show the traceback
-        _fail("run", "the daemon is not implemented yet", EXIT_FAILURE)
+    main_function = getattr(importlib.import_module(module), entry)
 
-    import trio  # only `run` needs it; keeps `ddmd --version` and client commands light
+    import trio  # only the daemon commands need it; keeps client commands light
 
     try:
-        trio.run(daemon.run, config)
+        trio.run(main_function, config)
     except KeyboardInterrupt:
         raise click.exceptions.Exit(130) from None
     except DdmdError as err:
-        _fail("run", err, EXIT_CONFIG if isinstance(err, ConfigError) else EXIT_FAILURE)
+        _fail(command, err, EXIT_CONFIG if isinstance(err, ConfigError) else EXIT_FAILURE)
+    except click.ClickException:
+        raise
     except BaseExceptionGroup as group:
         errors = _ddmd_errors(group)
         if errors is None:
             raise
         for error in errors:
-            click.echo(f"ddmd run: {_one_line(str(error))}", err=True)
+            click.echo(f"ddmd {command}: {_one_line(str(error))}", err=True)
         code = EXIT_CONFIG if any(isinstance(e, ConfigError) for e in errors) else EXIT_FAILURE
         raise click.exceptions.Exit(code) from None
+
+
+@main.command("demo")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
+)
+@click.option("--log-format", type=click.Choice(FORMATS), default=None, help="As for 'run'.")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="As for 'run'.",
+)
+def demo(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
+    """Run the daemon with three simulated VMs (no device needed) until Ctrl-C."""
+    _serve("demo", config_file, log_format, log_level, "ddmd.demo", "run_demo")
 
 
 def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | None:

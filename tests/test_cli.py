@@ -166,15 +166,6 @@ def test_run_bad_config_from_ddmd_config(runner, monkeypatch, bad_config):
     assert "[scan] ports = '9000-8000'" in result.stderr
 
 
-def test_run_without_daemon_module(runner, monkeypatch):
-    # None in sys.modules makes `import ddmd.daemon` fail as if the module did not exist.
-    monkeypatch.setitem(sys.modules, "ddmd.daemon", None)
-    result = runner.invoke(main, ["run", "--log-format", "json"])
-    assert result.exit_code == 1
-    assert "no config file found; using the built-in defaults" in result.stderr
-    assert result.stderr.splitlines()[-1] == "ddmd run: the daemon is not implemented yet"
-
-
 def test_run_calls_the_daemon_with_the_config(runner, monkeypatch, tmp_path):
     file = tmp_path / "c.toml"
     file.write_text('[control]\nport = 9710\n[log]\nlevel = "warning"\nformat = "console"\n')
