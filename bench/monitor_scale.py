@@ -54,6 +54,7 @@ RSS_TARGET_MB = 300.0
 LATENCY_SLACK = 0.1  # seconds on top of one scan interval
 POLL_INTERVAL = 0.5  # [monitor] thread_poll_interval: 2 Hz
 POLL_TOLERANCE = 0.95  # the poll loop sleeps after each reply, so it runs a little under 2 Hz
+OTHER_LOAD_WARNING = 0.2  # cores used by other processes that make a run suspect
 FIRST_PORT = 20000  # below Linux's ephemeral range (32768-60999), so probes never collide
 # Keep the sims cheap: a small heap, a GC (with its HPIF push) every 10 s, rare thread churn.
 SIM_THREADS = 8
@@ -153,6 +154,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, summed over every CPU."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    total = sum(ticks[:8])  # guest time is already counted in user
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
 def memory_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) in MB."""
     values = {}
@@ -168,7 +177,9 @@ def memory_mb(pid: int) -> tuple[float, float]:
 
 
 def port_free(port: int) -> bool:
+    """Nothing listens on ``port`` (TIME_WAIT leftovers are fine: trio listeners reuse)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -177,7 +188,10 @@ def port_free(port: int) -> bool:
 
 
 def free_block(count: int, start: int) -> int:
-    """The first port of ``count`` consecutive free ports at or above ``start``."""
+    """The first port of ``count`` consecutive free ports at or above ``start``.
+
+    Stays below the ephemeral range: a probe of a port in that range can connect to itself.
+    """
     base = start
     while base + count <= 32768:
         busy = next((p for p in range(base, base + count) if not port_free(p)), None)
@@ -287,6 +301,7 @@ class Result:
     vms: int
     cpu: float = 0.0
     sim_cpu: float = 0.0
+    other_cpu: float = 0.0
     rss_mb: float = 0.0
     hwm_mb: float = 0.0
     window: float = 0.0
@@ -334,19 +349,20 @@ def sim_stats(host: Child) -> dict[int, tuple[int, int]]:
 def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
     result = Result(n)
     trials = args.trials
-    # One block of free ports: the scan range (N sims, then `trials` ports left free), as many
-    # per-VM debugger ports, the current-VM port and the control port.
+    # Free ports: the scan range (N sims, then `trials` ports left free), as many per-VM
+    # debugger ports, the current-VM port and the control port.
     span = n + trials
-    base = free_block(2 * span + 2, args.first_port)
+    base = free_block(span, args.first_port)
     scan_last = base + span - 1
-    current_port = base + 2 * span
-    control_port = current_port + 1
+    debugger = free_block(span, scan_last + 1)
+    current_port = free_block(1, debugger + span)
+    control_port = free_block(1, current_port + 1)
     config = work / f"ddmd-{n}.toml"
     log_path = work / f"ddmd-{n}.log"
     write_config(
         config,
         scan=f"{base}-{scan_last}",
-        debugger=f"{base + span}-{base + 2 * span - 1}",
+        debugger=f"{debugger}-{debugger + span - 1}",
         current_port=current_port,
         control_port=control_port,
         interval=args.interval,
@@ -354,7 +370,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
     )
     print(
         f"N={n}: sims on {base}-{base + n - 1}, free for trials {base + n}-{scan_last}, "
-        f"debugger ports from {base + span}, control {control_port}, log {log_path}",
+        f"debugger ports from {debugger}, control {control_port}, log {log_path}",
         flush=True,
     )
     children: list[Child] = []
@@ -386,13 +402,18 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         # CPU, RSS and poll rate over one window.
         before = sim_stats(host)
         t0, c0, s0 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        m0 = machine_busy()[0]
         time.sleep(args.measure)
         t1, c1, s1 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        m1 = machine_busy()[0]
         after = sim_stats(host)
         result.rss_mb, result.hwm_mb = memory_mb(ddmd.pid)
         window = result.window = t1 - t0
         result.cpu = (c1 - c0) / window
         result.sim_cpu = (s1 - s0) / window
+        # Everything else the machine ran meanwhile (this script, other users): on a busy
+        # machine ddmd and the sims wait for a CPU, and the poll rate and latency suffer.
+        result.other_cpu = max(0.0, (m1 - m0) / window - result.cpu - result.sim_cpu)
         result.poll_hz = [(after[p][0] - before[p][0]) / window for p in sorted(before)]
         result.reconnects = sum(after[p][1] - before[p][1] for p in before)
 
@@ -425,7 +446,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                 ],
             )
             children.append(sim)
-            listening, _ = sim.wait_line("listening on", 60)
+            listening, _ = sim.wait_line("listening", 60)  # sim.listening, the first line
             hello = tail.wait("vm.hello", f"tcp:{port}", args.interval * 3 + 30, ddmd)
             found = tail.seen[("vm.found", f"tcp:{port}")]
             result.latencies.append(hello - listening)
@@ -471,7 +492,7 @@ def report(results: Sequence[Result], interval: float) -> None:
         f"THST every {POLL_INTERVAL:g} s for every VM"
     )
     head = (
-        f"{'VMs':>5} {'ddmd core':>9} {'sims core':>9} {'RSS MB now/peak':>15} "
+        f"{'VMs':>5} {'ddmd core':>9} {'sims core':>9} {'other core':>10} {'RSS MB now/peak':>15} "
         f"{'THST Hz/VM mean (min-max)':>25} {'hello s min/med/max':>19}"
     )
     print(head)
@@ -480,10 +501,16 @@ def report(results: Sequence[Result], interval: float) -> None:
         mean = sum(r.poll_hz) / len(r.poll_hz) if r.poll_hz else 0.0
         hz = f"{mean:.3f} ({min(r.poll_hz, default=0):.2f}-{max(r.poll_hz, default=0):.2f})"
         print(
-            f"{r.vms:>5} {r.cpu:>9.3f} {r.sim_cpu:>9.3f} "
+            f"{r.vms:>5} {r.cpu:>9.3f} {r.sim_cpu:>9.3f} {r.other_cpu:>10.3f} "
             f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {hz:>25} {spread(r.latencies, '.3f'):>19}"
         )
     print()
+    busy = [r for r in results if r.other_cpu > OTHER_LOAD_WARNING]
+    if busy:
+        print(
+            f"NOTE: other processes used > {OTHER_LOAD_WARNING:g} core during the window "
+            f"(N={', '.join(str(r.vms) for r in busy)}): poll rate and latency are not clean."
+        )
     for r in results:
         late = max(r.latencies) if r.latencies else math.inf
         # A VM's count in the window is exact only to +-1 request, i.e. +-1/window Hz.
@@ -531,6 +558,7 @@ def sim_host(base: int, count: int) -> None:
             port=base,
             pid=10000,
             app_name="bench.sim",
+            package_name="bench.sim",
             threads=SIM_THREADS,
             gc_interval=SIM_GC_INTERVAL,
             churn_interval=SIM_CHURN_INTERVAL,

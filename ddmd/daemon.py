@@ -144,7 +144,17 @@ async def run(
             raise
 
         current = CurrentVmListener(registry, config.debugger.host, config.debugger.current_port)
-        current_port = await root.start(current.run)
+        # Its own scope so that shutdown closes it at once; otherwise the root nursery waits
+        # for the accept loop until the grace deadline cancels it.
+        current_scope = trio.CancelScope()
+
+        async def run_current(
+            *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        ) -> None:
+            with current_scope:
+                await current.run(task_status=task_status)
+
+        current_port = await root.start(run_current)
 
         work = trio.CancelScope()
 
@@ -170,6 +180,7 @@ async def run(
         )
         await shutdown.wait()
         work.cancel()
+        current_scope.cancel()
         signals_scope.cancel()
     log.info(Event.DAEMON_STOPPED)
 

@@ -143,9 +143,6 @@ class DebuggerSession:
                 reason = await self._run()
         finally:
             reason = self._end_reason or reason
-            with trio.move_on_after(1) as cleanup:
-                cleanup.shield = True
-                await self._stream.aclose()
             if self.attached:
                 self._log.info(
                     Event.DEBUGGER_DETACHED,
@@ -153,7 +150,14 @@ class DebuggerSession:
                     packets_in=self.packets_in,
                     packets_out=self.packets_out,
                 )
-            self._target.detach(self, reason)
+            # Free the VM's debugger slot before closing: a debugger that reconnects as soon
+            # as it sees EOF must not be rejected in favour of this finished session.
+            try:
+                self._target.detach(self, reason)
+            finally:
+                with trio.move_on_after(1) as cleanup:
+                    cleanup.shield = True
+                    await self._stream.aclose()
 
     async def _run(self) -> str:
         decoder = PacketDecoder(

@@ -43,13 +43,14 @@ class PortBook:
 
     def _load(self, path: Path) -> None:
         try:
-            raw = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
         except FileNotFoundError:
             return
         except OSError as exc:
             self.problems.append(f"cannot read {path}: {exc}")
             return
         try:
+            # json.loads decodes the bytes itself; bad UTF-8 is a ValueError like bad JSON.
             data = json.loads(raw)
             entries = data["ports"] if isinstance(data, dict) else None
             if not isinstance(entries, dict):

@@ -12,7 +12,9 @@ and trio/structlog/click, and nothing else from ddmd; nothing in the daemon impo
 - DDM commands (199/1) answered with the same id; pushes carry VM ids ``0x80000000 | n``
   (ART 9+ numbering), one chunk per packet, the whole packet in one send;
 - ``flavor="art"``: handlers for HELO FEAT THEN THST STKL HPIF HPSG NHSG HPGC EXIT; every
-  other type (DBGD, unknown, malformed) gets an empty reply. ``flavor="modern"`` (Android
+  other type (DBGD, unknown, malformed) gets an empty reply (``ack_dbgd=True``: DBGD is
+  answered with a DBGD chunk, the draft's acknowledgement, and the debugger's suspensions
+  are released). ``flavor="modern"`` (Android
   12+ without the debugger agent, protocol.md 3.8 and 2.2): HELO, FEAT, EXIT and the
   APNM/WAIT pushes work; everything else gets no reply at all, until a non-DDM command
   "loads the agent", after which those get empty replies;
@@ -46,6 +48,7 @@ from ddmd.protocol.ddm import (
     AppName,
     Chunk,
     ChunkType,
+    Dbgd,
     Direction,
     ExitRequest,
     Fail,
@@ -131,6 +134,10 @@ _DDM_SET: Final = int(CommandSet.DDM)
 _VM_ID_BIT: Final = 0x80000000
 _MAX_PACKET: Final = 1 << 20  # commands a debugger sends are small; reject absurd lengths
 _U4_MASK: Final = 0xFFFFFFFF
+# A command id seen again within this many commands of one connection counts as a
+# duplicate: ids are only unique among outstanding commands, but a well-behaved multiplexer
+# (one counter per VM connection) never comes back to an id that soon.
+_ID_WINDOW: Final = 4096
 
 # Heap geometry (protocol.md 3.4 / 4).
 _HEAP_BASE: Final = 0x12C00000
@@ -195,6 +202,7 @@ class SimConfig:
     seed: int | None = None
     handshake_timeout: float = 5.0
     send_timeout: float = 10.0
+    ack_dbgd: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -237,7 +245,10 @@ class SimStatistics:
     packets_received: int
     ddm_requests: int
     jdwp_requests: int
+    thst_requests: int
     replies_sent: int
+    replies_received: int  # reply packets sent TO the VM: a correct server sends none
+    duplicate_outstanding_ids: int  # command ids reused within ``_ID_WINDOW`` commands
     pushes_sent: int
     gcs: int
     live_threads: int
@@ -539,6 +550,18 @@ class _Connection:
         self.nhsg_when = 0
         self.suspend_count = 0  # VirtualMachine.Suspend minus Resume
         self.next_request_id = 1
+        self.recent_ids: dict[int, None] = {}  # insertion-ordered, at most _ID_WINDOW
+
+    def note_id(self, packet_id: int) -> bool:
+        """Remember a command id; True when it was already among the recent ones."""
+        recent = self.recent_ids
+        duplicate = packet_id in recent
+        if duplicate:
+            del recent[packet_id]
+        recent[packet_id] = None
+        if len(recent) > _ID_WINDOW:
+            del recent[next(iter(recent))]
+        return duplicate
 
     async def send(self, data: bytes) -> None:
         """Write one whole packet; on failure mark the connection broken and cancel it."""
@@ -599,7 +622,10 @@ class SimVm:
         self._packets_received = 0
         self._ddm_requests = 0
         self._jdwp_requests = 0
+        self._thst_requests = 0
         self._replies_sent = 0
+        self._replies_received = 0
+        self._duplicate_ids = 0
         self._pushes_sent = 0
         self._gcs = 0
         # threads
@@ -644,7 +670,10 @@ class SimVm:
             packets_received=self._packets_received,
             ddm_requests=self._ddm_requests,
             jdwp_requests=self._jdwp_requests,
+            thst_requests=self._thst_requests,
             replies_sent=self._replies_sent,
+            replies_received=self._replies_received,
+            duplicate_outstanding_ids=self._duplicate_ids,
             pushes_sent=self._pushes_sent,
             gcs=self._gcs,
             live_threads=len(self._threads),
@@ -809,10 +838,16 @@ class SimVm:
             if isinstance(event, ConnectionClosed):
                 return
             if isinstance(event, ReplyPacket):
-                continue  # the VM never expects replies: drop silently
+                # The VM never expects replies (protocol.md 1.6): count it, then drop it.
+                self._replies_received += 1
+                self._log.info("sim.reply_received", id=event.id)
+                continue
             if not isinstance(event, CommandPacket):  # pragma: no cover - no streaming here
                 continue
             self._packets_received += 1
+            if conn.note_id(event.id):
+                self._duplicate_ids += 1
+                self._log.info("sim.duplicate_id", id=event.id)
             try:
                 if event.command_set == _DDM_SET and event.command == 1:
                     await self._on_ddm(conn, event)
@@ -883,6 +918,8 @@ class SimVm:
                 NativeHeapSegmentRequest: self._ddm_nhsg,
                 GcRequest: self._ddm_hpgc,
             }
+        if self.config.ack_dbgd:
+            handlers[Dbgd] = self._ddm_dbgd
         return handlers
 
     async def _on_ddm(self, conn: _Connection, packet: CommandPacket) -> None:
@@ -955,7 +992,15 @@ class SimVm:
             conn.thread_notify = False
         return None
 
+    async def _ddm_dbgd(self, conn: _Connection, chunk: Chunk) -> _DdmResult:
+        # The draft's DBGD: drop the debugger's state, then acknowledge with a DBGD chunk.
+        conn.suspend_count = 0
+        for thread in self._threads.values():
+            thread.suspend_count = 0
+        return encode_chunk(Dbgd())
+
     async def _ddm_thst(self, conn: _Connection, chunk: Chunk) -> _DdmResult:
+        self._thst_requests += 1
         self._evolve_threads()
         threads = self._threads.values()
         if self.config.draft:
@@ -1556,6 +1601,11 @@ async def _run_cli(configs: Sequence[SimConfig]) -> None:
 )
 @click.option("--heap-mb", type=click.IntRange(1, 2047), default=4, show_default=True)
 @click.option("--seed", type=int, default=None, help="Random seed (default: from the pid).")
+@click.option(
+    "--ack-dbgd",
+    is_flag=True,
+    help="Answer DBGD with a DBGD chunk (the draft's acknowledgement) instead of an empty reply.",
+)
 def sim_command(
     port: int,
     count: int,
@@ -1572,6 +1622,7 @@ def sim_command(
     gc_interval: float,
     heap_mb: int,
     seed: int | None,
+    ack_dbgd: bool,
 ) -> None:
     """Run simulated DDM-speaking VMs on 127.0.0.1 until Ctrl-C or SIGTERM."""
     base = SimConfig(
@@ -1589,6 +1640,7 @@ def sim_command(
         gc_interval=gc_interval,
         heap_mb=heap_mb,
         seed=seed,
+        ack_dbgd=ack_dbgd,
     )
     try:
         configs = make_configs(base, count)

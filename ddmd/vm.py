@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import structlog
 import trio
@@ -38,7 +38,7 @@ from ddmd.logs import Event
 from ddmd.ports import vm_key
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import ProtocolError, RemoteProtocolError
-from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind
+from ddmd.protocol.heap import HeapAssembler, HeapImage, HeapProblem, ProblemCode, SegmentKind
 from ddmd.protocol.idmap import IdRewriter
 from ddmd.protocol.jdwp import (
     EOF,
@@ -418,7 +418,10 @@ class VmActor:
             if self._recycle:
                 reason = "recycled after the debugger left"
         finally:
-            self._ready = trio.Event()
+            # Replace the event only if it was set: while a release is under way, debuggers
+            # already wait on the unset one, and the next session must wake exactly them.
+            if self._ready.is_set():
+                self._ready = trio.Event()
             self._session_nursery = None
             conn.broken = True
             self._conn = None
@@ -596,7 +599,13 @@ class VmActor:
             )
         elif isinstance(chunk, ddm.HeapStart | ddm.NativeHeapStart):
             native = isinstance(chunk, ddm.NativeHeapStart)
-            self._report_heap_problems(self._assembler.start(chunk.heap_id, native=native))
+            # start() returns the previous image of this heap if it was never ended: log
+            # only the RESTARTED problem it adds (the others were logged when found).
+            previous = self._assembler.start(chunk.heap_id, native=native)
+            if previous is not None:
+                self._report_heap_problems(
+                    p for p in previous.problems if p.code is ProblemCode.RESTARTED
+                )
             changed = False
         elif isinstance(chunk, ddm.HeapSegment | ddm.HeapSegmentObjects | ddm.NativeHeapSegment):
             kind = {
@@ -619,7 +628,10 @@ class VmActor:
         elif isinstance(chunk, ddm.HeapEnd | ddm.NativeHeapEnd):
             native = isinstance(chunk, ddm.NativeHeapEnd)
             image = self._assembler.end(chunk.heap_id, native=native)
-            self._report_heap_problems(image.problems)
+            # Segment problems were logged as they came; end() adds only this one.
+            self._report_heap_problems(
+                p for p in image.problems if p.code is ProblemCode.END_WITHOUT_START
+            )
             if not native:
                 others = tuple(i for i in self._heap_images if i.heap_id != image.heap_id)
                 self._heap_images = (*others, image)
@@ -639,9 +651,15 @@ class VmActor:
         if changed:
             self._registry.changed(self._vm_id)
 
-    def _report_heap_problems(self, problems: Any) -> None:
-        for problem in problems or ():
-            self._log.warning(Event.HEAP_DUMP_PROBLEM, problem=str(problem))
+    def _report_heap_problems(self, problems: Iterable[HeapProblem]) -> None:
+        for problem in problems:
+            self._log.warning(
+                Event.HEAP_DUMP_PROBLEM,
+                code=problem.code.value,
+                heap=problem.heap_id,
+                native=problem.native,
+                problem=problem.message,
+            )
 
     def _apply_names(
         self, app: str | None, package: str | None, user_id: int | None, *, renamed: bool
@@ -782,7 +800,12 @@ class VmActor:
         try:
             await self._identify_once()
         finally:
+            had_key = self.selection_key() is not None
             self._identified = True
+            if not had_key and self.selection_key() is not None:
+                # A VM without a name (a plain JVM) gets its key, its address, only now: the
+                # sticky selection may point at it again (registry re-checks the current VM).
+                self._registry.key_changed(self._vm_id)
             self._maybe_listen()
 
     async def _identify_once(self) -> None:

@@ -96,9 +96,9 @@ def free_port_range(count: int) -> list[int]:
 # Waiting
 
 
-async def wait_until(  # noqa: ASYNC109 - a test helper: the deadline is its whole policy
+async def wait_until(
     predicate: Callable[[], Any],
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the wait's deadline is this test helper's whole policy
     *,
     what: str = "",
     step: float = 0.05,
@@ -418,7 +418,10 @@ class Harness:
         return None
 
     async def wait_vm(
-        self, vm_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 5.0
+        self,
+        vm_id: str,
+        check: Callable[[dict[str, Any]], bool],
+        timeout: float = 5.0,  # noqa: ASYNC109 - passed to wait_until
     ) -> dict[str, Any]:
         async def probe() -> dict[str, Any] | None:
             vm = await self.vm(vm_id)
@@ -435,7 +438,12 @@ class Harness:
             if e.get("event") == name and all(e.get(k) == v for k, v in match.items())
         ]
 
-    async def wait_event(self, name: str, timeout: float = 5.0, **match: object) -> dict[str, Any]:
+    async def wait_event(
+        self,
+        name: str,
+        timeout: float = 5.0,  # noqa: ASYNC109 - passed to wait_until
+        **match: object,
+    ) -> dict[str, Any]:
         found = await wait_until(
             lambda: self.events(name, **match), timeout, what=f"log event {name} {match}"
         )
@@ -477,19 +485,18 @@ async def monitor(
     config_file = tmp_path / "client.toml"  # the CLI reads no user config in tests
     config_file.write_text("")
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        async with trio.open_nursery() as outer:
-            async with trio.open_nursery() as peers:
-                started: daemon.Started = await outer.start(
-                    partial(daemon.run, config, install_signal_handlers=False)
-                )
-                host, port = started.control
-                async with httpx.AsyncClient(
-                    base_url=f"http://{host}:{port}", trust_env=False, timeout=10.0
-                ) as client:
-                    harness = Harness(started, client, logs, peers, config_file)
-                    try:
-                        yield harness
-                    finally:
-                        started.stop()
-                peers.cancel_scope.cancel()
+        async with trio.open_nursery() as outer, trio.open_nursery() as peers:
+            started: daemon.Started = await outer.start(
+                partial(daemon.run, config, install_signal_handlers=False)
+            )
+            host, port = started.control
+            async with httpx.AsyncClient(
+                base_url=f"http://{host}:{port}", trust_env=False, timeout=10.0
+            ) as client:
+                harness = Harness(started, client, logs, peers, config_file)
+                try:
+                    yield harness
+                finally:
+                    started.stop()
+            peers.cancel_scope.cancel()
     assert_vm_scoped(logs)
