@@ -32,7 +32,9 @@ jdb attach: the time from starting ``jdb -attach 127.0.0.1:PORT`` to its first `
 reply of exactly 2**30 bytes, header included, to VirtualMachine.AllClasses, streamed from one
 reusable buffer) behind a fresh ddmd, and a fake debugger here that sends AllClasses through the
 current-VM port and reads and discards the reply, checking its length and restored id. ddmd's
-VmHWM (/proc/PID/status) before and after, its VmRSS sampled meanwhile, and the throughput.
+VmHWM (/proc/PID/status) before and after, its VmRSS sampled meanwhile, and the throughput. When
+the relay fails with the default config, it runs once more with [debugger] queue_packets raised
+so that the debugger is never dropped, to show what then bounds ddmd's memory.
 
 Targets: ddmd's added median latency at most 1.1x the trio relay's; attach through ddmd at most
 1.5x direct; ddmd's RSS under 100 MB (10**6 bytes) while the 1 GiB packet is relayed. Prints
@@ -710,9 +712,8 @@ def py_spy() -> str | None:
 
 
 def hot_spots(raw: Path, top: int) -> list[str]:
-    """Self and inclusive sample shares from py-spy's raw (collapsed) output, idle excluded."""
+    """Self-time shares from py-spy's raw (collapsed) output, the idle epoll wait excluded."""
     own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -722,19 +723,20 @@ def hot_spots(raw: Path, top: int) -> list[str]:
         n = int(count)
         total += n
         own[frames[-1]] = own.get(frames[-1], 0) + n
-        for frame in set(frames):
-            if "ddmd/" in frame:
-                inclusive[frame] = inclusive.get(frame, 0) + n
     if not total:
         return ["  py-spy: no samples"]
-    lines = [f"  py-spy, {total} busy samples; self time:"]
+    packages: dict[str, int] = {}
+    for frame, n in own.items():
+        match = re.search(r"\(([^/)]+)/", frame)
+        package = match.group(1) if match else "other"
+        packages[package] = packages.get(package, 0) + n
+    shares = ", ".join(
+        f"{name} {100 * n / total:.0f}%"
+        for name, n in sorted(packages.items(), key=lambda kv: -kv[1])
+    )
+    lines = [f"  py-spy --gil, {total} samples; self time by package: {shares}"]
     for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
-        note = "  <- send()/recv() syscalls" if frame.startswith("_SocketType._nonblocking") else ""
-        lines.append(f"    {100 * n / total:5.1f}%  {frame}{note}")
-    lines.append("  ddmd functions, inclusive:")
-    for frame, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]:
-        if not frame.startswith(("run (ddmd/cli", "_serve", "<module>")):
-            lines.append(f"    {100 * n / total:5.1f}%  {frame}")
+        lines.append(f"    {100 * n / total:5.1f}%  {frame}")
     return lines
 
 
@@ -761,7 +763,8 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
             )
             time.sleep(PAUSE)
         if spy is not None:  # a separate session, so the CPU figures above are py-spy free
-            argv = [spy, "record", "-p", str(ddmd.child.pid), "-r", "1000", "-f", "raw"]
+            # --gil: only samples holding the GIL, i.e. Python work, not time inside syscalls
+            argv = [spy, "record", "-p", str(ddmd.child.pid), "-r", "1000", "-f", "raw", "--gil"]
             recorder = subprocess.Popen(
                 [*argv, "--nonblocking", "-o", str(raw)],
                 stdout=subprocess.DEVNULL,
@@ -779,7 +782,7 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
     if spy is None:
         lines.append("  py-spy not installed (.venv/bin/pip install py-spy): no hot spots")
     elif raw.exists():
-        lines += hot_spots(raw, 8)
+        lines += hot_spots(raw, 10)
     return lines
 
 

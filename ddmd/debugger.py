@@ -40,6 +40,7 @@ from ddmd.protocol.jdwp import (
 log = structlog.get_logger("ddmd.debugger")
 
 RECEIVE_SIZE = 65536
+ROOM_PIECES = 4  # a streamed packet waits while more than this many pieces are queued
 
 
 class BridgeTarget(Protocol):
@@ -82,6 +83,8 @@ class DebuggerSession:
         self._scope = trio.CancelScope()
         self._mid_packet = False
         self._deferred: list[bytes] = []
+        self._queued_bytes = 0
+        self._room = trio.Event()
         self._end_reason: str | None = None
         self.attached = False
         self.packets_in = 0
@@ -115,24 +118,45 @@ class DebuggerSession:
             for item in deferred:
                 self._put(item)
 
+    async def deliver_piece_when_room(self, data: bytes, *, last: bool) -> None:
+        """As ``deliver_piece``, but first wait (bounded by ``[timeouts] jdwp_request``) until
+        less than ``ROOM_PIECES`` relay pieces' worth of bytes is queued for the debugger."""
+        limit = max(ROOM_PIECES * self._config.debugger.relay_chunk_bytes, 1 << 20)
+        if self._queued_bytes > limit and self._end_reason is None:
+            with trio.move_on_after(self._config.timeouts.jdwp_request) as scope:
+                while self._queued_bytes > limit and self._end_reason is None:
+                    self._room = trio.Event()
+                    await self._room.wait()
+            if scope.cancelled_caught:
+                self._log.warning(
+                    Event.DEBUGGER_SLOW_CONSUMER,
+                    queued_bytes=self._queued_bytes,
+                    waited=self._config.timeouts.jdwp_request,
+                )
+                self.end("slow consumer")
+        self.deliver_piece(data, last=last)
+
     def _put(self, data: bytes) -> None:
         if self._end_reason is not None:
             return
+        self._queued_bytes += len(data)
         try:
             self._send.send_nowait(data)
         except trio.WouldBlock:
+            self._queued_bytes -= len(data)
             self._log.warning(
                 Event.DEBUGGER_SLOW_CONSUMER, queue=self._config.debugger.queue_packets
             )
             self.end("slow consumer")
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+            self._queued_bytes -= len(data)
 
     def end(self, reason: str) -> None:
         """Disconnect this debugger (from any task)."""
         if self._end_reason is None:
             self._end_reason = reason
         self._scope.cancel()
+        self._room.set()
 
     # ------------------------------------------------------------------ the session task
 
@@ -207,6 +231,9 @@ class DebuggerSession:
                     return
                 self.packets_out += 1
                 self.bytes_out += len(data)
+                self._queued_bytes -= len(data)
+                if not self._room.is_set():
+                    self._room.set()
 
     async def _reader(self, decoder: PacketDecoder) -> str:
         while True:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from ddmd.protocol.heap import HeapAssembler, HeapImage, HeapProblem, ProblemCod
 from ddmd.protocol.idmap import IdRewriter
 from ddmd.protocol.jdwp import (
     EOF,
+    HEADER_SIZE,
     NEED_DATA,
     CommandPacket,
     CommandSet,
@@ -129,19 +131,28 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         if self.broken:
             raise VmGone("the VM connection is closed")
-        async with self.lock:
-            try:
-                await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self.broken = True
-                raise VmGone(f"sending to the VM failed: {exc}") from exc
-            except BaseException:
-                # A cancelled send wrote an unknown part: the stream is no longer usable.
-                self.broken = True
-                raise
+        # Uncontended (the common case): take the lock without the extra scheduling round
+        # trip of ``acquire()``; send_all is the checkpoint.
+        try:
+            self.lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.lock.acquire()
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.broken = True
+            raise VmGone(f"sending to the VM failed: {exc}") from exc
+        except BaseException:
+            # A cancelled send wrote an unknown part: the stream is no longer usable.
+            self.broken = True
+            raise
+        finally:
+            self.lock.release()
 
 
 _ID_SIZES = (CommandSet.VIRTUAL_MACHINE, VirtualMachineCommand.ID_SIZES)
+_COMMAND_HEADER = struct.Struct(">IIBBB")
+_REPLY_HEADER = struct.Struct(">IIBH")
 _UNNAMED = ("", "<pre-initialized>")
 
 
@@ -460,7 +471,7 @@ class VmActor:
                         self._bytes_in += event.header.length
                         self._relay_start(event.header)
                     elif isinstance(event, PacketPiece):
-                        self._relay_piece(event)
+                        await self._relay_piece(event)
             except RemoteProtocolError as exc:
                 self._log.warning(Event.VM_PROTOCOL_ERROR, error=str(exc))
                 return f"protocol error: {exc}"
@@ -491,7 +502,15 @@ class VmActor:
                 self._id_sizes = packet.data
             session = self._debugger
             if session is not None and pending.origin is session:
-                data = encode(ReplyPacket(pending.original_id, packet.error_code, packet.data))
+                data = (
+                    _REPLY_HEADER.pack(
+                        HEADER_SIZE + len(packet.data),
+                        pending.original_id,
+                        0x80,
+                        packet.error_code,
+                    )
+                    + packet.data
+                )
                 self.relayed_to_debugger += 1
                 self.bytes_to_debugger += len(data)
                 session.deliver(data)
@@ -545,12 +564,15 @@ class VmActor:
             self.bytes_to_debugger += header.length
         self._relay_target = target
 
-    def _relay_piece(self, piece: PacketPiece) -> None:
+    async def _relay_piece(self, piece: PacketPiece) -> None:
         target = self._relay_target
         if target is None:
             return
         if target.session is not None:
-            target.session.deliver_piece(piece.data, last=piece.last)
+            # Nothing else can come from the VM before this packet ends, so the reader waits
+            # for the debugger here: memory stays bounded (a few relay pieces), and a debugger
+            # that does not take the packet in time is dropped as a slow consumer.
+            await target.session.deliver_piece_when_room(piece.data, last=piece.last)
         elif target.buffer is not None:
             target.buffer += piece.data
         if piece.last:
@@ -1017,7 +1039,12 @@ class VmActor:
             session.end("the VM is not connected")
             return
         vm_id = self._ids.allocate(session, packet.id, packet.command_set, packet.command, math.inf)
-        data = encode(CommandPacket(vm_id, packet.command_set, packet.command, packet.data))
+        data = (
+            _COMMAND_HEADER.pack(
+                HEADER_SIZE + len(packet.data), vm_id, 0, packet.command_set, packet.command
+            )
+            + packet.data
+        )
         try:
             await conn.send(data)
         except VmGone:

@@ -353,17 +353,25 @@ def make_config(
     """A quick config: scan ``scan_ports`` (consecutive) every 0.2 s, 1 s DDM timeout, free
     control and debugger ports, the port book in ``state_dir``, adb off. ``sections``
     override or add keys per section."""
-    debugger_ports = free_port_range(4)
+    first, last = scan_ports[0], scan_ports[-1]
+    if list(scan_ports) != list(range(first, last + 1)):
+        raise ValueError(f"scan ports {list(scan_ports)} are not consecutive (free_port_range)")
+    # The daemon's own ports: free, below the ephemeral range, and outside the scan range.
+    while True:
+        own = free_port_range(6)
+        if own[-1] < first or own[0] > last:
+            break
+    control_port, current_port, debugger_ports = own[0], own[1], own[2:]
     data: dict[str, dict[str, object]] = {
         "scan": {
-            "ports": f"{scan_ports[0]}-{scan_ports[-1]}",
+            "ports": f"{first}-{last}",
             "interval": 0.2,
             "backoff_max": 2.0,
         },
-        "control": {"port": free_port()},
+        "control": {"port": control_port},
         "debugger": {
             "ports": f"{debugger_ports[0]}-{debugger_ports[-1]}",
-            "current_port": free_port(),
+            "current_port": current_port,
             "state_file": str(state_dir / "ports.json"),
         },
         "adb": {"enabled": "off"},

@@ -22,7 +22,7 @@ from ddmd.protocol.ddm import (
     HeapStart,
     encode_chunk,
 )
-from ddmd.protocol.jdwp import CommandPacket, CommandSet, encode
+from ddmd.protocol.jdwp import CommandPacket
 from tests.actors.rawpeers import (
     HELO,
     Harness,
@@ -67,10 +67,6 @@ async def assert_healthy(h: Harness, sim_port: int) -> None:
     assert vm is not None
     assert vm["unsupported"] == []
     assert not h.events("vm.crashed")
-
-
-def packet_bytes(chunk_bytes: bytes, packet_id: int = 0x80000001) -> bytes:
-    return encode(CommandPacket(packet_id, CommandSet.DDM, 1, chunk_bytes))
 
 
 async def test_non_jdwp_server_logged_once_and_backed_off(tmp_path) -> None:

@@ -18,7 +18,6 @@ import trio
 
 from ddmd import daemon
 from ddmd.errors import PortInUse
-from ddmd.protocol.ddm import ChunkType
 from ddmd.sim import ART_FEATURES, SimConfig, SimVm
 from tests.actors.rawpeers import (
     QUIET_SIM,
@@ -60,7 +59,8 @@ def vm_id(port: int) -> str:
 async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
-        async with monitor([port], tmp_path) as h:
+        # A quick scan so HELO comes well before the APNM rename (0.5 s after the sim starts).
+        async with monitor([port], tmp_path, scan={"interval": 0.05}) as h:
             await h.start_sim(
                 port,
                 pid=3131,
@@ -72,14 +72,14 @@ async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
                 jvm_flags="CheckJNI=true",
                 draft=draft,
                 wait_for_debugger=True,
-                apnm_delay=0.3,
+                apnm_delay=0.5,
             )
             # HELO came while the process was still <pre-initialized>.
             hello = await h.wait_event("vm.hello", vm=vm_id(port))
             assert hello["pid"] == 3131
             assert hello["app"] == "<pre-initialized>"
             assert hello["vm_ident"] == "Dalvik v2.1.0"
-            assert "package" in hello
+            assert hello["package"] == (None if draft else "<pre-initialized>")
             # APNM after apnm_delay renames it.
             vm = await h.wait_vm(vm_id(port), lambda v: v["app"] == "com.example.late")
             renamed = await h.wait_event("vm.app_renamed", vm=vm_id(port))
@@ -217,9 +217,9 @@ async def test_modern_flavor_marks_features_unsupported_once(tmp_path) -> None:
                 assert response.status_code == 200
                 assert response.json()["supported"] is False
             response = await h.client.get(f"/api/v1/vms/{vm_id(port)}/heap?segments=1")
-            assert response.status_code in (501, 504)
+            assert response.status_code == 504  # HPSG timed out this once ...
             response = await h.client.get(f"/api/v1/vms/{vm_id(port)}/heap?segments=1")
-            assert response.status_code == 501
+            assert response.status_code == 501  # ... and is unsupported from then on
 
             vm = await h.vm(vm_id(port))
             assert vm is not None
@@ -338,4 +338,3 @@ def test_free_port_helpers_give_distinct_ports() -> None:
     ports = free_port_range(3)
     assert ports == list(range(ports[0], ports[0] + 3))
     assert free_port() not in ports
-    assert ChunkType.HELO  # the helpers speak the protocol module's types

@@ -3,18 +3,22 @@ jdb's output, because it prints asynchronously).
 
     async with open_jdb(jdb_path, port) as jdb:
         await jdb.attached()                          # "Initializing jdb ..." and a prompt
-        await jdb.command("stop at Prog:14", r"Set breakpoint Prog:14")
-        await jdb.expect(r"Breakpoint hit: .*line=14")   # an asynchronous event
-        await jdb.prompt()
+        await jdb.command(                            # the answer and an asynchronous event
+            "stop at Prog:14", r"Set breakpoint Prog:14", r"Breakpoint hit:", r"line=14 bci"
+        )
         text = await jdb.command("print n", r"\\bn = (\\d+)")
         await jdb.quit()
 
-One background task reads jdb's stdout (stderr merged) into ``transcript``. ``expect`` waits for
-a regex after the read mark and moves the mark past the match; ``command`` sends one line, then
-waits for its patterns in order and for the prompt that follows the last one (``> `` or
-``main[1] ``), and returns the text from the command to that prompt. Every wait is bounded by
-``patience`` seconds (per driver, or per call with ``within=``); a timeout fails with the whole
-transcript in the message. On exit from ``open_jdb`` a jdb that is still running is killed.
+One background task reads jdb's stdout (stderr merged) into ``transcript``. jdb prints a
+command's answer and event reports from different threads, so their texts interleave at any
+print call ("Breakpoint hit: Set breakpoint Prog:14\\n> \"thread=main\", ..." is a real
+transcript): patterns are therefore matched in any order, each one anywhere after the read
+mark. ``expect`` waits for its patterns and moves the mark past the furthest match;
+``command`` first moves the mark to the end, sends one line, waits for its patterns and then
+for the prompt that follows the furthest one (``> `` or ``main[1] ``), and returns the text
+from the command to that prompt. Every wait is bounded by ``patience`` seconds (per driver,
+or per call with ``within=``); a timeout fails with the whole transcript in the message. On
+exit from ``open_jdb`` a jdb that is still running is killed.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from contextlib import asynccontextmanager
 
 import trio
 
-__all__ = ["PROMPT", "Jdb", "JdbError", "open_jdb"]
+__all__ = ["PROMPT", "THREAD_PROMPT", "Jdb", "JdbError", "open_jdb"]
 
 # jdb's prompt: "> " (no current thread) or "THREAD[FRAME] ", at the start of a line or right
 # after the previous prompt (``cont`` at "main[1] " prints "> " on the same line).
 PROMPT = re.compile(r"(?m)(?:^|(?<=\] ))(?:> |[^\s\[\]][^\n\[\]]*\[\d+\] )")
+# The prompt with a current thread ("main[1] "). After a breakpoint or step event jdb prints
+# it last, once it has made the stopped thread current: only then do "print" and "where" work.
+THREAD_PROMPT = re.compile(r"(?m)(?:^|(?<=\] ))[^\s\[\]>][^\n\[\]]*\[\d+\] ")
 
 Pattern = str | re.Pattern[str]
 
@@ -86,7 +93,8 @@ class Jdb:
     async def _wait_for(
         self, patterns: tuple[re.Pattern[str], ...], *, prompt: bool, within: float | None
     ) -> tuple[str, list[re.Match[str]]]:
-        """Find ``patterns`` in order after the mark (then a prompt if asked); move the mark."""
+        """Find every pattern after the mark (then a prompt after the furthest, if asked); move
+        the mark past what was found."""
         limit = self.patience if within is None else within
         try:
             with trio.fail_after(limit):
@@ -109,11 +117,11 @@ class Jdb:
         pos = self.mark
         matches: list[re.Match[str]] = []
         for pattern in patterns:
-            match = pattern.search(self.transcript, pos)
+            match = pattern.search(self.transcript, self.mark)
             if match is None:
                 return None
             matches.append(match)
-            pos = match.end()
+            pos = max(pos, match.end())
         if prompt:
             match = PROMPT.search(self.transcript, pos)
             if match is None:
@@ -126,12 +134,12 @@ class Jdb:
         parts = [repr(p.pattern) for p in patterns]
         if prompt:
             parts.append("a prompt")
-        return " then ".join(parts)
+        return " and ".join(parts)
 
     # ------------------------------------------------------------------ public API
 
     async def expect(self, *patterns: Pattern, within: float | None = None) -> list[re.Match[str]]:
-        """Wait for each regex in order after the mark; return the matches."""
+        """Wait for every regex (in any order) after the mark; return the matches."""
         compiled = tuple(_compile(p) for p in patterns)
         _, matches = await self._wait_for(compiled, prompt=False, within=within)
         return matches
@@ -150,7 +158,7 @@ class Jdb:
             raise self._fail(f"cannot send {line!r}: {exc}") from exc
 
     async def command(self, line: str, *patterns: Pattern, within: float | None = None) -> str:
-        """Send ``line``; wait for ``patterns`` in order and the prompt after them.
+        """Send ``line``; wait for ``patterns`` (in any order) and the prompt after them.
 
         Output printed before the command is skipped (the mark moves to the end first).
         Returns the text from the command to its prompt.
@@ -159,6 +167,17 @@ class Jdb:
         await self.send(line)
         compiled = tuple(_compile(p) for p in patterns)
         text, _ = await self._wait_for(compiled, prompt=True, within=within)
+        return text
+
+    async def until_stopped(
+        self, line: str, *patterns: Pattern, within: float | None = None
+    ) -> str:
+        """Send a command that lets a thread run until an event stops it (``stop at``,
+        ``cont``, ``next``, ``step``): wait for ``patterns`` and for the thread prompt."""
+        self.mark = len(self.transcript)
+        await self.send(line)
+        compiled = (*(_compile(p) for p in patterns), THREAD_PROMPT)
+        text, _ = await self._wait_for(compiled, prompt=False, within=within)
         return text
 
     async def attached(self, *, within: float | None = None) -> str:

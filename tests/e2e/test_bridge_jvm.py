@@ -24,7 +24,7 @@ import trio
 from ddmd.sim import SimConfig, SimVm
 from tests.actors.rawpeers import Harness, free_port_range, monitor, wait_until
 from tests.e2e.conftest import Jdk, require_tool
-from tests.e2e.jdbdriver import Jdb, open_jdb
+from tests.e2e.jdbdriver import THREAD_PROMPT, Jdb, open_jdb
 
 pytestmark = pytest.mark.jvm
 
@@ -53,6 +53,10 @@ BREAK_LINE = next(i for i, line in enumerate(PROG.splitlines(), 1) if "// BREAK"
 NEXT_LINE = BREAK_LINE + 1
 MAIN_CALL_LINE = next(i for i, line in enumerate(PROG.splitlines(), 1) if "tick(counter)" in line)
 TICK = re.compile(r"^tick (\d+) (\d+)$")
+# jdb prints "Breakpoint hit: " and the location with separate calls; other output may come
+# between them, so they are two patterns.
+BREAKPOINT_HIT = ("Breakpoint hit:", rf'"thread=main", Prog\.tick\(\), line={BREAK_LINE} bci')
+MAIN_THREAD = re.compile(r"\(java\.lang\.Thread\)\d+ +main +(\S[^\n]*)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,9 +232,9 @@ async def wait_released(h: Harness, port: int, count: int) -> None:
 async def breakpoint_session(jdb: Jdb, jvm: Jvm) -> int:
     """stop at, breakpoint hit, print, where, next, cont (hits again); returns the first n."""
     await jdb.attached()
-    await jdb.command(f"stop at Prog:{BREAK_LINE}", rf"Set breakpoint Prog:{BREAK_LINE}")
-    await jdb.expect(rf'Breakpoint hit: "thread=main", Prog\.tick\(\), line={BREAK_LINE}')
-    await jdb.prompt()
+    await jdb.until_stopped(
+        f"stop at Prog:{BREAK_LINE}", rf"Set breakpoint Prog:{BREAK_LINE}", *BREAKPOINT_HIT
+    )
     text = await jdb.command("print n", r"\bn = (\d+)")
     n = int(re.search(r"\bn = (\d+)", text).group(1))  # type: ignore[union-attr]
     text = await jdb.command("print doubled", r"\bdoubled = (\d+)")
@@ -240,9 +244,9 @@ async def breakpoint_session(jdb: Jdb, jvm: Jvm) -> int:
     assert f"[2] Prog.main (Prog.java:{MAIN_CALL_LINE})" in text, text
     # Stopped: the program printed nothing for n yet.
     assert jvm.counter == n - 1, (jvm.counter, n)
-    await jdb.command("next", rf"Step completed: .*line={NEXT_LINE}")
+    await jdb.until_stopped("next", "Step completed:", rf"Prog\.tick\(\), line={NEXT_LINE} bci")
     # cont: the program runs one round and hits the breakpoint again, one tick later.
-    await jdb.command("cont", rf"Breakpoint hit: .*line={BREAK_LINE}")
+    await jdb.until_stopped("cont", *BREAKPOINT_HIT)
     text = await jdb.command("print n", r"\bn = (\d+)")
     assert f"n = {n + 1}" in text, text
     return n
@@ -255,8 +259,9 @@ async def clean_second_session(jdb: Jdb, jvm: Jvm) -> None:
     before = jvm.counter
     # Attached and the program keeps running: no breakpoint of the old session is left.
     await jvm.wait_counter_above(before + 5)
-    text = await jdb.command("threads", r"Group main:", r"\bmain\b")
-    assert "at breakpoint" not in text, text
+    text = await jdb.command("threads", MAIN_THREAD)
+    state = MAIN_THREAD.search(text).group(1)  # type: ignore[union-attr]
+    assert "breakpoint" not in state, text
     assert "Breakpoint hit" not in jdb.transcript, jdb.transcript
     assert await jdb.quit() == 0, jdb.transcript
 
@@ -318,9 +323,7 @@ async def test_jdb_killed_at_breakpoint_vm_resumes(jdk, classes, tmp_path):
             vm = await wait_ready(h, port)
             async with jdb_session(jdk, h.started.current_port, "killed") as jdb:
                 await jdb.attached()
-                await jdb.command(f"stop at Prog:{BREAK_LINE}", r"Set breakpoint")
-                await jdb.expect(r"Breakpoint hit: ")
-                await jdb.prompt()
+                await jdb.until_stopped(f"stop at Prog:{BREAK_LINE}", *BREAKPOINT_HIT)
                 text = await jdb.command("print n", r"\bn = (\d+)")
                 n = int(re.search(r"\bn = (\d+)", text).group(1))  # type: ignore[union-attr]
                 snapshot = await h.vm(vm_id(port))
@@ -358,8 +361,7 @@ async def test_suspended_jvm_starts_when_the_first_debugger_resumes_it(jdk, clas
             assert not jvm.started
             async with jdb_session(jdk, h.started.current_port, "first") as jdb:
                 # The held VM_START reaches jdb: it knows the VM is suspended.
-                await jdb.expect(r"VM Started")
-                await jdb.prompt()
+                await jdb.expect(r"VM Started", THREAD_PROMPT)
                 assert "Initializing jdb ..." in jdb.transcript, jdb.transcript
                 assert not jvm.started
                 await jdb.command("cont")
@@ -542,9 +544,7 @@ async def test_second_debugger_is_rejected_naming_the_holder(jdk, classes, tmp_p
                     assert "already has a debugger" in rejected[0]["reason"], rejected
                 # The first debugger keeps working.
                 await jdb.command("threads", r"Group main:")
-                await jdb.command(f"stop at Prog:{BREAK_LINE}", r"Set breakpoint")
-                await jdb.expect(r"Breakpoint hit: ")
-                await jdb.prompt()
+                await jdb.until_stopped(f"stop at Prog:{BREAK_LINE}", *BREAKPOINT_HIT)
                 await jdb.command("where", r"\[1\] Prog\.tick")
                 assert await jdb.quit() == 0, jdb.transcript
             await jvm.wait_counter_above(jvm.counter + 3)
