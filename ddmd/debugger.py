@@ -40,6 +40,8 @@ from ddmd.protocol.jdwp import (
 log = structlog.get_logger("ddmd.debugger")
 
 RECEIVE_SIZE = 65536
+DIRECT_SEND_MAX = 65536  # larger packets always go through the queue
+DIRECT_SEND_LIMIT = 0.25  # seconds a direct send may wait for a debugger that stopped reading
 ROOM_PIECES = 4  # a streamed packet waits while more than this many pieces are queued
 
 
@@ -85,6 +87,7 @@ class DebuggerSession:
         self._deferred: list[bytes] = []
         self._queued_bytes = 0
         self._room = trio.Event()
+        self._write_lock = trio.StrictFIFOLock()  # the writer task or a direct send
         self._end_reason: str | None = None
         self.attached = False
         self.packets_in = 0
@@ -104,6 +107,42 @@ class DebuggerSession:
             self._deferred.append(data)
             return
         self._put(data)
+
+    async def deliver_now(self, data: bytes) -> None:
+        """Send a small packet straight from the VM reader when nothing is queued.
+
+        Saves the hop through the writer task (the common reply/event case). It can only wait
+        when the debugger's socket buffer is full, i.e. it has stopped reading; that wait is
+        capped at ``DIRECT_SEND_LIMIT`` and the debugger is then dropped as a slow consumer,
+        so the VM reader is never held longer.
+        """
+        if (
+            len(data) > DIRECT_SEND_MAX
+            or self._mid_packet
+            or self._queued_bytes
+            or self._end_reason is not None
+            or not self.attached
+        ):
+            self.deliver(data)
+            return
+        try:
+            self._write_lock.acquire_nowait()
+        except trio.WouldBlock:
+            self.deliver(data)
+            return
+        try:
+            with trio.move_on_after(DIRECT_SEND_LIMIT) as scope:
+                await self._stream.send_all(data)
+            if scope.cancelled_caught:
+                self._log.warning(Event.DEBUGGER_SLOW_CONSUMER, waited=DIRECT_SEND_LIMIT)
+                self.end("slow consumer")
+                return
+            self.packets_out += 1
+            self.bytes_out += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.end(f"connection error: {exc}")
+        finally:
+            self._write_lock.release()
 
     def deliver_start(self, header: bytes) -> None:
         """Start relaying a large packet in pieces; nothing else is interleaved until it ends."""
@@ -225,7 +264,8 @@ class DebuggerSession:
         async with self._receive:
             async for data in self._receive:
                 try:
-                    await self._stream.send_all(data)
+                    async with self._write_lock:
+                        await self._stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     self.end(f"connection error: {exc}")
                     return

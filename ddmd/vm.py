@@ -465,7 +465,9 @@ class VmActor:
                     if isinstance(event, CommandPacket | ReplyPacket):
                         self._packets_in += 1
                         self._bytes_in += event.length
-                        self._dispatch(event)
+                        direct = self._dispatch(event)
+                        if direct is not None:
+                            await direct[0].deliver_now(direct[1])
                     elif isinstance(event, PacketStart):
                         self._packets_in += 1
                         self._bytes_in += event.header.length
@@ -486,18 +488,19 @@ class VmActor:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, packet: Packet) -> None:
+    def _dispatch(self, packet: Packet) -> tuple[DebuggerSession, bytes] | None:
+        """Handle one packet from the VM; returns (session, bytes) to send to a debugger."""
         if isinstance(packet, ReplyPacket):
             pending = self._ids.resolve(packet.id)
             if pending is None:
                 self._log.info(Event.DDM_REPLY_UNKNOWN, id=packet.id, error=packet.error_code)
-                return
+                return None
             if pending.origin is SELF:
                 waiter = self._waiters.pop(packet.id, None)
                 if waiter is not None:
                     waiter.reply = packet
                     waiter.event.set()
-                return
+                return None
             if (pending.command_set, pending.command) == _ID_SIZES and not packet.error_code:
                 self._id_sizes = packet.data
             session = self._debugger
@@ -513,25 +516,25 @@ class VmActor:
                 )
                 self.relayed_to_debugger += 1
                 self.bytes_to_debugger += len(data)
-                session.deliver(data)
-            return
+                return session, data
+            return None
         if ddm.is_ddm(packet):
             try:
                 chunks = ddm.chunks_of(packet, ddm.Direction.FROM_VM)
             except ProtocolError as exc:
                 self._log.warning(Event.DDM_CHUNK_MALFORMED, error=str(exc), id=packet.id)
-                return
+                return None
             for chunk in chunks:
                 self._on_push(chunk)
-            return
+            return None
         # A JDWP event (or another command of the VM): it belongs to the debugger.
         session = self._debugger
         if session is not None and session.attached:
             data = encode(packet)
             self.relayed_to_debugger += 1
             self.bytes_to_debugger += len(data)
-            session.deliver(data)
-        elif _is_vm_start(packet):
+            return session, data
+        if _is_vm_start(packet):
             # A suspend=y VM waits for whoever resumes it: keep this for the first debugger.
             self._held_vm_start = encode(packet)
             self._log.info(Event.VM_START_HELD)
@@ -539,6 +542,7 @@ class VmActor:
             self._log.debug(
                 Event.VM_EVENT_DROPPED, command_set=packet.command_set, command=packet.command
             )
+        return None
 
     def _relay_start(self, header: PacketHeader) -> None:
         """The header of a packet too large to buffer: decide where its pieces go."""

@@ -23,6 +23,7 @@ import trio.testing
 from structlog.testing import capture_logs
 
 from ddmd.config import Config, parse_config
+from ddmd.debugger import DIRECT_SEND_LIMIT
 from ddmd.errors import VmGone
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import RemoteProtocolError
@@ -657,7 +658,9 @@ async def test_slow_debugger_is_disconnected_and_the_vm_reader_never_blocks() ->
         assert trace.thread_id == 7
         await b.vm.wait_ddm("DBGD")  # the debugger was dropped and the VM released
         (slow,) = b.events("debugger.slow_consumer", vm=VM_ID)
-        assert slow["queue"] == 4
+        # Either the queue of 4 filled up, or a direct send found the debugger's buffer full
+        # for longer than DIRECT_SEND_LIMIT: both drop the debugger.
+        assert slow.get("queue") == 4 or slow.get("waited") == DIRECT_SEND_LIMIT
         (detached,) = b.events("debugger.detached", vm=VM_ID)
         assert detached["reason"] == "slow consumer"
         assert b.actor.snapshot().debugger is None

@@ -436,7 +436,7 @@ async def test_selection_sticks_to_the_app_across_restarts(jdk, classes, tmp_pat
             # follows it without any command, and its per-VM port stays the same.
             first.stop()
             await wait_gone(h, a1)
-            await SimProcess(sims, sim_config(a2, pid=1003, app_name=app)).start()
+            second = await SimProcess(sims, sim_config(a2, pid=1003, app_name=app)).start()
             after = await wait_ready(h, a2)
             assert after["pid"] == 1003
             assert after["debugger_port"] == before["debugger_port"]
@@ -444,6 +444,16 @@ async def test_selection_sticks_to_the_app_across_restarts(jdk, classes, tmp_pat
             await h.wait_event("current.changed", vm=vm_id(a2))
             await jdb_threads(jdk, h.started.current_port, "Binder:1003_1", "after restart")
             await jdb_threads(jdk, after["debugger_port"], "Binder:1003_1", "per-VM port")
+            # And again, back on its first port, with yet another pid.
+            # (After both sessions ended: a VM stopped while ddmd reopens its connection
+            # stays listed as reconnecting for up to [timeouts] reconnect.)
+            await wait_released(h, a2, 2)
+            second.stop()
+            await wait_gone(h, a2)
+            await SimProcess(sims, sim_config(a1, pid=1004, app_name=app)).start()
+            back = await wait_ready(h, a1)
+            assert (back["pid"], back["debugger_port"]) == (1004, before["debugger_port"])
+            await jdb_threads(jdk, h.started.current_port, "Binder:1004_1", "same port")
 
             # A plain JVM (no app name) is known by its address: restarted on the same port,
             # it keeps its per-VM port and the selection.
