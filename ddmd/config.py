@@ -107,7 +107,6 @@ _DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "max_packet_bytes": 1024 * 1024 * 1024,
                 "max_inflated_bytes": 64 * 1024 * 1024,
                 "max_vms": 256,
-                "max_debuggers_per_vm": 1,
             }
         ),
         "log": MappingProxyType({"format": "auto", "level": "info"}),
@@ -290,7 +289,6 @@ class LimitsConfig:
     max_packet_bytes: int
     max_inflated_bytes: int
     max_vms: int
-    max_debuggers_per_vm: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -605,7 +603,7 @@ def parse_config(
             _resolve_path(state_raw, env, base_dir) if state_raw else _default_state_file(env)
         ),
         queue_packets=d.integer("queue_packets", minimum=1),
-        relay_chunk_bytes=d.integer("relay_chunk_bytes", minimum=1),
+        relay_chunk_bytes=d.integer("relay_chunk_bytes", minimum=4096),
     )
 
     c = sec["control"]
@@ -632,7 +630,6 @@ def parse_config(
         ),
         max_inflated_bytes=li.integer("max_inflated_bytes", minimum=1),
         max_vms=li.integer("max_vms", minimum=1),
-        max_debuggers_per_vm=li.integer("max_debuggers_per_vm", minimum=1),
     )
 
     lg = sec["log"]

@@ -41,6 +41,9 @@ class Supervisor:
     config: Config
     registry: VmRegistry
     ports: VmPorts | None = None
+    # Told how each VM ended: (discovery key, protocol error?, reason). The scanner uses it to
+    # back off from a port whose VM keeps breaking the protocol.
+    on_vm_ended: Callable[[object, bool, str], None] | None = None
     held: set[object] = field(default_factory=set)
     actors: dict[str, VmActor] = field(default_factory=dict)
 
@@ -73,12 +76,16 @@ class Supervisor:
         )
         self.actors[found.vm_id] = actor
         log.info(Event.VM_FOUND, vm=found.vm_id, address=found.address, source=found.source)
+        reason = "crashed"
         try:
-            await actor.run(found.stream, found.leftover, found.opener)
+            reason = await actor.run(found.stream, found.leftover, found.opener)
         except* Exception as group:
             log.error(Event.VM_CRASHED, vm=found.vm_id, exc_info=group)
             await _close_quietly(found.stream)
         finally:
+            if self.on_vm_ended is not None:
+                broke = reason.startswith("protocol error") or reason == "crashed"
+                self.on_vm_ended(found.key, broke, reason)
             self.actors.pop(found.vm_id, None)
             self.held.discard(found.key)
             self.registry.remove(found.vm_id)
@@ -165,6 +172,12 @@ async def run(
                     inner.start_soon(supervisor.run, receive)
                     if config.scan.enabled:
                         scanner = PortScanner(config, supervisor.held_ports)
+
+                        def vm_ended(key: object, broke: bool, reason: str) -> None:
+                            if isinstance(key, int):
+                                scanner.vm_ended(key, protocol_error=broke, reason=reason)
+
+                        supervisor.on_vm_ended = vm_ended
                         inner.start_soon(scanner.run, send)
                     else:
                         await send.aclose()

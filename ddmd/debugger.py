@@ -88,6 +88,7 @@ class DebuggerSession:
         self._queued_bytes = 0
         self._room = trio.Event()
         self._write_lock = trio.StrictFIFOLock()  # the writer task or a direct send
+        self._packet_done = trio.Event()
         self._end_reason: str | None = None
         self.attached = False
         self.packets_in = 0
@@ -156,6 +157,7 @@ class DebuggerSession:
             deferred, self._deferred = self._deferred, []
             for item in deferred:
                 self._put(item)
+            self._packet_done.set()
 
     async def deliver_piece_when_room(self, data: bytes, *, last: bool) -> None:
         """As ``deliver_piece``, but first wait (bounded by ``[timeouts] jdwp_request``) until
@@ -254,6 +256,12 @@ class DebuggerSession:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._writer)
             reason = await self._reader(decoder)
+            # A large packet still being relayed is finished first (the Dispose reply is
+            # queued behind it), within the slow-consumer bound.
+            with trio.move_on_after(self._config.timeouts.jdwp_request):
+                while self._mid_packet and self._end_reason is None:
+                    self._packet_done = trio.Event()
+                    await self._packet_done.wait()
             # Let the writer flush what is queued (the Dispose reply), then stop it; a
             # debugger that does not read gets a short grace only.
             self._send.close()

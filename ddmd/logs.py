@@ -135,6 +135,7 @@ class Event(StrEnum):
     DDM_PUSH_DISCARDED = "ddm.push_discarded"
     VM_RECONNECT_FAILED = "vm.reconnect_failed"
     VM_START_HELD = "vm.start_held"
+    VM_SEND_FAILED = "vm.send_failed"
     PORTS_STATE_PROBLEM = "ports.state_problem"
     CURRENT_NONE = "current.none"
     # monitoring

@@ -24,7 +24,7 @@ import contextlib
 import math
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import structlog
@@ -123,10 +123,16 @@ class VmStatistics:
 class _Connection:
     """One open JDWP stream to the VM: whole packets out under one lock; broken on failure."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, on_broken: Callable[[], None]) -> None:
         self.stream = stream
         self.lock = trio.StrictFIFOLock()
         self.broken = False
+        self._on_broken = on_broken
+
+    def mark_broken(self) -> None:
+        if not self.broken:
+            self.broken = True
+            self._on_broken()
 
     async def send(self, data: bytes) -> None:
         if self.broken:
@@ -140,11 +146,12 @@ class _Connection:
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self.broken = True
+            self.mark_broken()
             raise VmGone(f"sending to the VM failed: {exc}") from exc
         except BaseException:
-            # A cancelled send wrote an unknown part: the stream is no longer usable.
-            self.broken = True
+            # A cancelled send wrote an unknown part: the stream is no longer usable, so the
+            # session ends (the VM is dropped and found again by discovery).
+            self.mark_broken()
             raise
         finally:
             self.lock.release()
@@ -246,6 +253,7 @@ class VmActor:
         self._identified = False
         self._reconnects = 0
         self._relay_target: _RelayTarget | None = None
+        self._session_ending = False
         self.relayed_to_vm = 0
         self.relayed_to_debugger = 0
         self.bytes_to_vm = 0
@@ -402,7 +410,7 @@ class VmActor:
         return None
 
     async def _session(self, stream: trio.abc.Stream, leftover: bytes) -> str:
-        conn = _Connection(stream)
+        conn = _Connection(stream, self._connection_broken)
         self._conn = conn
         self._connected_at = time.time()
         self._state = "identifying"
@@ -416,7 +424,8 @@ class VmActor:
         if leftover:
             decoder.receive_data(leftover)
         self._log.info(Event.VM_CONNECTED, address=self._address, source=self._source)
-        reason = "closed"
+        reason: str | None = None
+        self._session_ending = False
         try:
             async with trio.open_nursery() as nursery:
                 self._session_nursery = nursery
@@ -425,9 +434,12 @@ class VmActor:
                 nursery.start_soon(self._identify)
                 nursery.start_soon(self._poll_threads_loop)
                 reason = await self._read_loop(stream, decoder)
+                self._session_ending = True
                 nursery.cancel_scope.cancel()
             if self._recycle:
                 reason = "recycled after the debugger left"
+            elif reason is None:
+                reason = "a send to the VM failed or was interrupted" if conn.broken else "closed"
         finally:
             # Replace the event only if it was set: while a release is under way, debuggers
             # already wait on the unset one, and the next session must wake exactly them.
@@ -444,8 +456,17 @@ class VmActor:
                     await stream.aclose()
             if self._debugger is not None and not self._recycle:
                 self._debugger.end("the VM disconnected")
+            if reason is None:
+                reason = "closed"
             self._log.info(Event.VM_DISCONNECTED, reason=reason)
         return reason
+
+    def _connection_broken(self) -> None:
+        if self._session_ending or self._recycle:
+            return  # the session is being torn down anyway; interrupted sends are expected
+        self._log.warning(Event.VM_SEND_FAILED)
+        if self._session_nursery is not None:
+            self._session_nursery.cancel_scope.cancel()
 
     def _fail_waiters(self) -> None:
         for waiter in self._waiters.values():
@@ -591,6 +612,16 @@ class VmActor:
 
     def _on_push(self, chunk: ddm.Chunk) -> None:
         changed = True
+        if isinstance(chunk, ddm.Zlib):
+            try:
+                inner = ddm.inflate_chunk(
+                    chunk, ddm.Direction.FROM_VM, max_length=self._config.limits.max_inflated_bytes
+                )
+            except ProtocolError as exc:
+                self._log.warning(Event.DDM_CHUNK_MALFORMED, type="ZLIB", error=str(exc))
+                return
+            self._on_push(inner)
+            return
         if isinstance(chunk, ddm.AppName):
             self._apply_names(chunk.app_name, chunk.package_name, chunk.user_id, renamed=True)
         elif isinstance(chunk, ddm.WaitForDebugger):
@@ -863,6 +894,7 @@ class VmActor:
             self._log.info(Event.VM_HELLO_FAILED, error=str(exc))
             self._ddm = True
             self._state = "ready"
+            self._registry.changed(self._vm_id)
             return
         self._ddm = True
         for chunk in chunks:
@@ -987,6 +1019,8 @@ class VmActor:
     def adopt_debugger(self, stream: trio.abc.Stream, peer: str, *, via: str) -> None:
         nursery = self._nursery
         if nursery is None:
+            # The VM is going away: close the connection (it has nowhere to go).
+            trio.lowlevel.spawn_system_task(close_with_reason, stream)
             return
         holder = self._debugger
         if holder is not None:

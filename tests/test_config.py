@@ -79,7 +79,7 @@ def test_defaults():
     assert dataclasses.astuple(c.timeouts) == (2.0, 2.0, 5.0, 30.0, 1.0, 10.0, 5.0, 5.0)
     assert c.limits.max_packet_bytes == 1073741824
     assert c.limits.max_inflated_bytes == 64 * 1024 * 1024
-    assert (c.limits.max_vms, c.limits.max_debuggers_per_vm) == (256, 1)
+    assert c.limits.max_vms == 256
     assert (c.log.format, c.log.level) == ("auto", "info")
     assert c.security.allow_non_loopback is False
 
@@ -471,16 +471,17 @@ def test_enum_spellings():
         ("max_packet_bytes", 2**32, "between 11 and 4294967295"),
         ("max_inflated_bytes", 0, ">= 1"),
         ("max_vms", 0, ">= 1"),
-        ("max_debuggers_per_vm", -1, ">= 1"),
     ],
 )
 def test_limits(key, value, fragment):
     expect_error({"limits": {key: value}}, f"limits.{key}", str(value), fragment)
 
 
-@pytest.mark.parametrize("key", ["queue_packets", "relay_chunk_bytes"])
-def test_debugger_sizes_positive(key):
-    expect_error({"debugger": {key: 0}}, f"debugger.{key}", "0", ">= 1")
+@pytest.mark.parametrize(("key", "minimum"), [("queue_packets", 1), ("relay_chunk_bytes", 4096)])
+def test_debugger_sizes_have_a_minimum(key, minimum):
+    expect_error(
+        {"debugger": {key: minimum - 1}}, f"debugger.{key}", str(minimum - 1), f">= {minimum}"
+    )
 
 
 def test_top_level_must_be_a_table():

@@ -63,6 +63,7 @@ async def open_jdwp(host: str, port: int, config: Config) -> tuple[trio.abc.Stre
 class _Backoff:
     failures: int = 0
     next_try: float = -math.inf
+    after_protocol_error: bool = False  # the listener speaks JDWP, but its VM broke protocol
 
 
 class PortScanner:
@@ -120,7 +121,9 @@ class PortScanner:
             except trio.BrokenResourceError as exc:
                 self._not_jdwp(port, f"connection reset during the handshake: {exc}")
                 return
-        if self._backoff.pop(port, None) is not None:
+        state = self._backoff.get(port)
+        if state is not None and not state.after_protocol_error:
+            del self._backoff[port]
             log.info(Event.SCAN_PORT_RECOVERED, port=port)
 
         async def reopen() -> tuple[trio.abc.Stream, bytes]:
@@ -146,6 +149,24 @@ class PortScanner:
         state = self._backoff.setdefault(port, _Backoff())
         if state.failures == 0:
             log.warning(Event.SCAN_PORT_NOT_JDWP, port=port, reason=why)
+        state.failures += 1
+        delay = min(
+            self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max
+        )
+        state.next_try = trio.current_time() + delay
+
+    def vm_ended(self, port: int, *, protocol_error: bool, reason: str) -> None:
+        """The supervisor reports how a VM found on ``port`` ended. A VM that broke the
+        protocol is reconnected with exponential back-off (logged once), not at every scan;
+        any other ending clears the back-off."""
+        if not protocol_error:
+            if self._backoff.pop(port, None) is not None:
+                log.info(Event.SCAN_PORT_RECOVERED, port=port)
+            return
+        state = self._backoff.setdefault(port, _Backoff(after_protocol_error=True))
+        state.after_protocol_error = True
+        if state.failures == 0:
+            log.warning(Event.SCAN_BACKOFF, port=port, reason=reason)
         state.failures += 1
         delay = min(
             self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max

@@ -197,6 +197,7 @@ class RawPeer:
         self.port = port
         self.script = script
         self.connections = 0
+        self.accept_times: list[float] = []  # trio clock at each accepted connection
         self.closed = 0
         self.received: list[CommandPacket] = []
 
@@ -223,6 +224,7 @@ class RawPeer:
                 for listener in listeners:
                     await listener.aclose()
             self.connections += 1
+            self.accept_times.append(trio.current_time())
             try:
                 await self._serve(stream)
             finally:

@@ -110,6 +110,13 @@ async def test_garbage_after_handshake_drops_that_vm(tmp_path) -> None:
             assert "protocol error" in gone["reason"]
             await wait_until(lambda: peer.closed >= 1, 5, what="ddmd closed the connection")
             await assert_healthy(h, sim_port)
+            # The port keeps answering the handshake, but it is backed off (logged once), not
+            # reconnected at every 0.2 s scan. The back-off before the third connection is at
+            # least 2 x interval (a lower bound set by the logic: a slow machine only adds).
+            await wait_until(lambda: peer.connections >= 3, 10, what="third reconnection")
+            assert len(h.events("scan.backoff", port=bad_port)) == 1
+            times = peer.accept_times
+            assert times[2] - times[1] >= 2 * 0.2 - 0.01
 
 
 async def test_packet_length_above_cap_drops_that_vm(tmp_path) -> None:

@@ -242,8 +242,8 @@ async def breakpoint_session(jdb: Jdb, jvm: Jvm) -> int:
     text = await jdb.command("where", r"\[2\] Prog\.main")
     assert f"[1] Prog.tick (Prog.java:{BREAK_LINE})" in text, text
     assert f"[2] Prog.main (Prog.java:{MAIN_CALL_LINE})" in text, text
-    # Stopped: the program printed nothing for n yet.
-    assert jvm.counter == n - 1, (jvm.counter, n)
+    # Stopped: the program has printed nothing for n yet.
+    assert jvm.counter < n, (jvm.counter, n)
     await jdb.until_stopped("next", "Step completed:", rf"Prog\.tick\(\), line={NEXT_LINE} bci")
     # cont: the program runs one round and hits the breakpoint again, one tick later.
     await jdb.until_stopped("cont", *BREAKPOINT_HIT)
@@ -330,7 +330,8 @@ async def test_jdb_killed_at_breakpoint_vm_resumes(jdk, classes, tmp_path):
                 assert snapshot is not None
                 assert snapshot["debugger"] is not None
                 await jdb.kill()
-            # No Dispose came: the closed socket alone releases the VM.
+            # No Dispose came: ddmd saw the debugger's socket close and released the VM all
+            # the same (the JVM dropped the breakpoint and resumed).
             await jvm.wait_counter_above(n + 3)
             (detached,) = await wait_until(
                 lambda: h.events("debugger.detached", vm=vm_id(port)), WAIT, what="detached"
