@@ -555,8 +555,11 @@ class VmActor:
             self.relayed_to_debugger += 1
             self.bytes_to_debugger += len(data)
             return session, data
-        if _is_vm_start(packet):
+        if _is_vm_start(packet) and packet.data[0] != 0:
             # A suspend=y VM waits for whoever resumes it: keep this for the first debugger.
+            # (A suspend=n HotSpot also sends VM_START, with suspend policy NONE, when ddmd
+            # connected before its init finished; nobody waits on that one, and a debugger
+            # attaching later must not see a stale "VM Started".)
             self._held_vm_start = encode(packet)
             self._log.info(Event.VM_START_HELD)
         else:

@@ -33,9 +33,10 @@ import trio
 
 __all__ = ["PROMPT", "THREAD_PROMPT", "Jdb", "JdbError", "open_jdb"]
 
-# jdb's prompt: "> " (no current thread) or "THREAD[FRAME] ", at the start of a line or right
-# after the previous prompt (``cont`` at "main[1] " prints "> " on the same line).
-PROMPT = re.compile(r"(?m)(?:^|(?<=\] ))(?:> |[^\s\[\]][^\n\[\]]*\[\d+\] )")
+# jdb's prompt: "> " (no current thread) or "THREAD[FRAME] ", at the start of a line, right
+# after the previous prompt (``cont`` at "main[1] " prints "> " on the same line), or after
+# "VM Started: " (a VM_START that suspended nothing is followed by the prompt alone).
+PROMPT = re.compile(r"(?m)(?:^|(?<=\] )|(?<=VM Started: ))(?:> |[^\s\[\]][^\n\[\]]*\[\d+\] )")
 # The prompt with a current thread ("main[1] "). After a breakpoint or step event jdb prints
 # it last, once it has made the stopped thread current: only then do "print" and "where" work.
 THREAD_PROMPT = re.compile(r"(?m)(?:^|(?<=\] ))[^\s\[\]>][^\n\[\]]*\[\d+\] ")
