@@ -108,6 +108,8 @@ class VmPorts:
         self._book = book
         self._host = host
         self._in_use: set[int] = set()
+        self._saving = False
+        self._dirty = False
         for problem in book.problems:
             log.warning(Event.PORTS_STATE_PROBLEM, problem=problem)
 
@@ -115,19 +117,21 @@ class VmPorts:
         for port in self._book.candidates(key, set(self._in_use)):
             if port in self._in_use:
                 continue
+            # Reserve before the (async) bind, so VMs starting together never race for it.
+            self._in_use.add(port)
             try:
                 listener = await open_listener(self._host, port, key="debugger.ports")
             except PortInUse:
+                self._in_use.discard(port)
                 log.warning(
                     Event.DEBUGGER_PORT_SKIPPED, port=port, reason="in use by another program"
                 )
                 continue
-            self._in_use.add(port)
+            except BaseException:
+                self._in_use.discard(port)
+                raise
             self._book.record(key, port)
-            try:
-                await trio.to_thread.run_sync(self._book.save)
-            except OSError as exc:
-                log.warning(Event.PORTS_STATE_PROBLEM, problem=f"cannot save: {exc}")
+            await self._save()
             return listener, port
         log.error(
             Event.DEBUGGER_PORT_SKIPPED,
@@ -138,3 +142,20 @@ class VmPorts:
 
     def release(self, port: int) -> None:
         self._in_use.discard(port)
+
+    async def _save(self) -> None:
+        """Write the state file from one task at a time; changes made meanwhile are folded
+        into one more write (hundreds of VMs starting together cause a few writes)."""
+        self._dirty = True
+        if self._saving:
+            return
+        self._saving = True
+        try:
+            while self._dirty:
+                self._dirty = False
+                try:
+                    await trio.to_thread.run_sync(self._book.save)
+                except OSError as exc:
+                    log.warning(Event.PORTS_STATE_PROBLEM, problem=f"cannot save: {exc}")
+        finally:
+            self._saving = False

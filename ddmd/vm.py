@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -971,11 +972,18 @@ class VmActor:
 
     async def _poll_threads_loop(self) -> None:
         interval = self._config.monitor.thread_poll_interval
+        # A fixed-rate schedule (missed ticks skipped) with a random phase per VM, so hundreds
+        # of VMs do not poll in lock-step and the rate does not drift by the round-trip time.
+        next_tick = trio.current_time() + random.uniform(0, interval)
         while True:
             if self._ddm and "THST" not in self._unsupported and self._observed():
+                await trio.sleep_until(next_tick)
                 with contextlib.suppress(RequestTimedOut, FeatureUnsupported, DdmFailed):
                     await self._poll_threads_once()
-                await trio.sleep(interval)
+                now = trio.current_time()
+                next_tick += interval
+                if next_tick < now:
+                    next_tick = now + interval - (now - next_tick) % interval
             else:
                 self._thread_poll_wakeup = trio.Event()
                 with trio.move_on_after(interval):
