@@ -1080,9 +1080,10 @@ class VmActor:
     async def forward(self, session: DebuggerSession, packet: CommandPacket) -> None:
         if session is not self._debugger:
             return
-        with trio.move_on_after(self._config.timeouts.reconnect):
-            while not self._ready.is_set():
-                await self._ready.wait()
+        if not self._ready.is_set():
+            with trio.move_on_after(self._config.timeouts.reconnect):
+                while not self._ready.is_set():
+                    await self._ready.wait()
         conn = self._conn
         if conn is None or not self._ready.is_set():
             session.end("the VM is not connected")
