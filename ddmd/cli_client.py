@@ -1,4 +1,5 @@
-"""Client commands of the `ddmd` CLI: clients, threads, heap, gc, stack, over the control API.
+"""Client commands of the `ddmd` CLI: clients, devices, threads, heap, gc, stack, events, over
+the control API.
 
 Layer: beside `cli` (which registers `COMMANDS` on its group); imports config and errors, and
 httpx/trio lazily so that `ddmd --version` stays light. No protocol code: everything comes from
@@ -8,7 +9,7 @@ Every command takes `--config FILE` (where to read `[control] host/port/token`),
 HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to one adb
 device). `--json` prints the API's JSON unchanged. Exit codes:
 
-    0  success (also Ctrl-C during --watch)
+    0  success (also Ctrl-C during --watch or `events`, and the daemon stopping during `events`)
     1  the API answered with an error (VM gone, feature unsupported, timeout, bad token, ...)
     2  unknown or ambiguous TARGET (the line lists the candidates); bad config or usage
     3  no daemon is answering at the control address
@@ -44,6 +45,9 @@ __all__ = [
     "EXIT_OK",
     "EXIT_TARGET",
     "clients",
+    "devices",
+    "events",
+    "format_event",
     "gc",
     "heap",
     "make_transport",
@@ -314,6 +318,16 @@ def format_clients(vms: list[dict[str, Any]]) -> str:
     return _table((*headers, "CURRENT"), rows)
 
 
+def format_devices(devices: list[dict[str, Any]]) -> str:
+    if not devices:
+        return (
+            "no Android devices are known to the daemon "
+            "(none plugged in, or no adb server: see adb.* events in the daemon's log)"
+        )
+    rows = [(d["serial"], d.get("state"), d.get("model"), d.get("vms", 0)) for d in devices]
+    return _table(("SERIAL", "STATE", "MODEL", "VMS"), rows)
+
+
 def format_threads(body: dict[str, Any]) -> str:
     vm, threads = body["vm"], body.get("threads")
     head = f"threads of VM {_vm_label(vm)}"
@@ -481,6 +495,27 @@ def clients(
         _print_json(vms)
     else:
         click.echo(format_clients(vms))
+
+
+@click.command("devices")
+@_json_option
+@_client_options
+def devices(
+    as_json: bool, config_file: str | None, control: str | None, device: str | None
+) -> None:
+    """List the Android devices and emulators the daemon sees through adb."""
+    target = _target("devices", config_file, control, None)
+
+    async def work(api: _Api) -> Any:
+        return await api.call("GET", f"{API}/devices")
+
+    listed = _run("devices", target, work)
+    if device:
+        listed = [d for d in listed if d.get("serial") == device]
+    if as_json:
+        _print_json(listed)
+    else:
+        click.echo(format_devices(listed))
 
 
 def _is_tty() -> bool:
@@ -654,4 +689,192 @@ def stack(
         click.echo(format_stack(body))
 
 
-COMMANDS: list[click.Command] = [clients, threads, heap, gc, select, stack]
+# --------------------------------------------------------------------------------------------------
+# ddmd events: tail the daemon's event stream (server-sent events, GET /api/v1/events)
+
+#: The daemon sends a keepalive comment every 15 s; three missed ones mean it is gone.
+EVENTS_READ_TIMEOUT = 45.0
+_SHORT_VALUE = 40
+
+
+def _short(value: object) -> bool:
+    return (
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= _SHORT_VALUE)
+    )
+
+
+def _changes(event: dict[str, Any]) -> str:
+    snapshot = event.get("snapshot") or {}
+    keys = event.get("changed")
+    if not keys:
+        return "snapshot"
+    return ", ".join(
+        f"{k}={'-' if snapshot.get(k) is None else snapshot.get(k)}"
+        if _short(snapshot.get(k))
+        else k
+        for k in keys
+    )
+
+
+def _thread_states(threads: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for t in threads:
+        if t.get("state"):
+            counts[str(t["state"])] = counts.get(str(t["state"]), 0) + 1
+    states = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    return f"{len(threads)} threads" + (f" ({states})" if states else "")
+
+
+def _event_detail(event: dict[str, Any]) -> str:
+    name = str(event.get("event", ""))
+    vm = event.get("vm") or "-"
+    snapshot = event.get("snapshot")
+    if name == "stream.opened":
+        return f"{len(event.get('vms') or [])} VMs, current VM {event.get('current') or 'none'}"
+    if name in ("vm.found", "vm.gone"):
+        return _vm_label(snapshot) if isinstance(snapshot, dict) else str(vm)
+    if name == "vm.changed":
+        return f"{vm}: {_changes(event)}"
+    if name == "vm.renamed":
+        before = event.get("previous_package") or event.get("previous_app")
+        return f"{vm}: {before} -> {event.get('package') or event.get('app')}"
+    if name in ("debugger.attached", "debugger.detached"):
+        return f"{vm}: {event.get('debugger')}"
+    if name == "current.changed":
+        return f"{event.get('vm') or 'none'} (was {event.get('previous') or 'none'})"
+    if name == "threads.updated":
+        return f"{vm}: {_thread_states(event.get('threads') or [])}"
+    if name == "heap.info":
+        heaps = event.get("heaps") or []
+        return f"{vm}: " + "; ".join(
+            f"heap {h.get('heap_id')} {_size(h.get('bytes_allocated'))} allocated "
+            f"of {_size(h.get('size'))}"
+            for h in heaps
+        )
+    if name == "heap.dumped":
+        heaps = event.get("heaps") or []
+        return f"{vm}: " + "; ".join(
+            f"heap {h.get('heap_id')} used {_size(h.get('bytes_used'))}, free "
+            f"{_size(h.get('bytes_free'))}, fragmentation "
+            f"{100 * float(h.get('fragmentation') or 0.0):.1f} %"
+            for h in heaps
+        )
+    if name in ("device.changed", "device.gone"):
+        parts = [event.get("device"), event.get("state"), event.get("model")]
+        return " ".join(str(p) for p in parts if p)
+    if name in ("overflow", "daemon.stopping"):
+        return str(event.get("reason") or "")
+    rest = {k: v for k, v in event.items() if k not in ("event", "ts", "vm")}
+    return " ".join(p for p in (str(vm) if event.get("vm") else "", json.dumps(rest)) if p)
+
+
+def format_event(event: dict[str, Any]) -> str:
+    """One line per event: time (HH:MM:SS, UTC as sent), name, what it says."""
+    ts = str(event.get("ts") or "")
+    clock = ts[11:19] if len(ts) >= 19 and ts[10] == "T" else ts
+    name = str(event.get("event", "?"))
+    return f"{clock} {name:<24} {_event_detail(event)}".rstrip()
+
+
+async def _tail_events(
+    api: _Api, show: Callable[[dict[str, Any]], None], count: int | None
+) -> None:
+    """Read the stream until it ends (daemon stopping: return; otherwise _Failure)."""
+    import httpx
+
+    from ddmd.sse import SseDecoder
+
+    base = api._target.base_url
+    timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=EVENTS_READ_TIMEOUT)
+    headers = {"Accept": "text/event-stream"}
+    decoder = SseDecoder()
+    last = ""
+    seen = 0
+    try:
+        async with api._client.stream(
+            "GET", f"{API}/events", headers=headers, timeout=timeout
+        ) as response:
+            if not response.is_success:
+                await response.aread()
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = None
+                error = body.get("error") if isinstance(body, dict) else None
+                message = str(error) if error else f"HTTP {response.status_code}"
+                if response.status_code == 401:
+                    message += " (set [control] token in the config file, or pass --config)"
+                raise _Failure(message, EXIT_API_ERROR)
+            async for line in response.aiter_lines():
+                sse_event = decoder.feed(line)
+                if sse_event is None:
+                    continue
+                try:
+                    event = json.loads(sse_event.data)
+                except ValueError:
+                    event = {"event": sse_event.name, "data": sse_event.data}
+                if not isinstance(event, dict):
+                    event = {"event": sse_event.name, "data": event}
+                last = str(event.get("event", sse_event.name))
+                show(event)
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        raise _Failure(
+            f"no daemon is answering at {base} "
+            "(start it with 'ddmd run', or pass --control HOST:PORT)",
+            EXIT_NO_DAEMON,
+        ) from None
+    except httpx.ReadTimeout:
+        raise _Failure(
+            f"the daemon at {base} sent nothing for {EVENTS_READ_TIMEOUT:g} s "
+            "(not even a keepalive)",
+            EXIT_API_ERROR,
+        ) from None
+    except httpx.TransportError as exc:
+        raise _Failure(
+            f"the event stream from {base} broke: {type(exc).__name__}: {exc}", EXIT_API_ERROR
+        ) from None
+    if last == "daemon.stopping":
+        return
+    if last == "overflow":
+        raise _Failure("the daemon dropped this stream: it fell behind", EXIT_API_ERROR)
+    raise _Failure(f"the daemon at {base} closed the event stream", EXIT_API_ERROR)
+
+
+@click.command("events")
+@click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
+@_client_options
+def events(
+    count: int | None,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
+) -> None:
+    """Follow the daemon's events (VMs found and gone, debuggers, current VM, threads, heaps)
+    until Ctrl-C: one line per event, or one JSON object per line with --json."""
+    where = _target("events", config_file, control, None)
+
+    def show(event: dict[str, Any]) -> None:
+        if device and event.get("device") not in (None, device):
+            return
+        if as_json:
+            click.echo(json.dumps(event, separators=(",", ":")))
+        else:
+            click.echo(format_event(event))
+
+    async def work(api: _Api) -> None:
+        await _tail_events(api, show, count)
+
+    try:
+        _run("events", where, work)
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(EXIT_OK) from None
+
+
+COMMANDS: list[click.Command] = [clients, devices, threads, heap, gc, select, stack, events]

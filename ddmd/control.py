@@ -1,6 +1,7 @@
 """The control API: a plain Starlette ASGI app over the VM registry, served by hypercorn under trio.
 
-Layer: imports `registry`, `errors` and plain value types from `protocol`; used by `daemon`.
+Layer: imports `registry`, `errors` and plain value types from `protocol`, plus `heapimage`
+(heap pictures) and `web` (the page's static files); used by `daemon`.
 It reads the registry and asks VM handles for data; it keeps no state of its own.
 
 Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
@@ -8,11 +9,19 @@ and the sub-resource routes listed before the bare VM route)::
 
     GET  /api/v1/health                             {status, version, vms}
     GET  /api/v1/vms                                [VmSnapshot.to_json(), ...]
+    GET  /api/v1/devices                            [{serial, state, model, product, vms}, ...]
     GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
     GET  /api/v1/vms/{target}/threads               {vm, threads: [...] | null, supported}
     GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
     POST /api/v1/vms/{target}/gc                    {vm, gc: "requested"}
     GET  /api/v1/vms/{target}/threads/{id}/stack    {vm, thread_id, frames: [...]}
+    POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
+    GET  /api/v1/vms/{target}/heap.png[?width=&height=&heap=]   the last dump drawn (image/png)
+    GET  /api/v1/heap/legend                        colours of heap.png (`ddmd.heapimage`)
+    GET  /  and  /static/{name}                     the live web page (`ddmd.web`)
+
+The daemon adds (``extra_routes``) ``GET /api/v1/events`` (server-sent events, `ddmd.events`)
+and ``GET /metrics`` (Prometheus text, `ddmd.metrics`).
 
 `target` is a VM id, a pid, an app or a package name, resolved by `VmRegistry.resolve`; the
 query parameter `device` narrows pid and name matches to one adb serial.
@@ -27,6 +36,7 @@ anything unexpected (logged as `control.request_failed`; the server keeps answer
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -41,10 +51,10 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ddmd import __version__
+from ddmd import __version__, heapimage, web
 from ddmd.errors import (
     DdmdError,
     FeatureUnsupported,
@@ -271,6 +281,15 @@ class _Api:
     async def vms(self, request: Request) -> Response:
         return JSONResponse([s.to_json() for s in self._registry.snapshots()])
 
+    async def devices(self, request: Request) -> Response:
+        counts: dict[str, int] = {}
+        for snapshot in self._registry.snapshots():
+            if snapshot.device is not None:
+                counts[snapshot.device] = counts.get(snapshot.device, 0) + 1
+        return JSONResponse(
+            [d.to_json(vms=counts.get(d.serial, 0)) for d in self._registry.devices()]
+        )
+
     async def vm(self, request: Request) -> Response:
         snapshot = self._resolve(request).snapshot()
         return JSONResponse({"vm": snapshot.to_json(), "threads": _threads_json(snapshot)})
@@ -304,6 +323,72 @@ class _Api:
             body["kinds"] = {str(int(k)): k.name.lower() for k in Kind}
             body["solidities"] = {str(int(s)): s.name.lower() for s in Solidity}
         return JSONResponse(body)
+
+    async def heap_dump(self, request: Request) -> Response:
+        """Like ``GET /heap`` after a fresh dump (HPSG on, GC, wait, HPSG off), without the
+        runs: what the web page's "Cause GC" needs, without megabytes of JSON."""
+        if request.method != "POST":
+            return _error(405, "Method Not Allowed", allow="POST")
+        handle = self._resolve(request)
+        images = await handle.heap_segments()
+        snapshot = handle.snapshot()
+        return JSONResponse(
+            {
+                "vm": snapshot.to_json(),
+                "heaps": [h.to_json() for h in snapshot.heaps],
+                "images": [_image_json(i, segments=False) for i in images],
+            }
+        )
+
+    async def heap_png(self, request: Request) -> Response:
+        """The last heap dump drawn by `ddmd.heapimage` (rendered in a worker thread)."""
+        handle = self._resolve(request)
+        width = _int_param(
+            request, "width", heapimage.DEFAULT_WIDTH, heapimage.MIN_WIDTH, heapimage.MAX_WIDTH
+        )
+        height = _int_param(
+            request, "height", heapimage.DEFAULT_MAX_HEIGHT, 1, heapimage.MAX_HEIGHT
+        )
+        heap_id = _int_param(request, "heap", None, 0, 0xFFFF_FFFF)
+        target = request.path_params["target"]
+        images = [i for i in handle.last_heap_images() if not i.native]
+        if heap_id is not None:
+            images = [i for i in images if i.heap_id == heap_id]
+        if not images:
+            which = "" if heap_id is None else f" of heap {heap_id}"
+            return _error(
+                404,
+                f"no heap dump{which} from {handle.vm_id} yet: POST "
+                f"{API_PREFIX}/vms/{{target}}/heap/dump (or 'ddmd heap --segments') takes one",
+                target=target,
+            )
+        image = min(images, key=lambda i: i.heap_id)
+        rendered = await trio.to_thread.run_sync(
+            partial(
+                heapimage.render_png,
+                image,
+                width=width,
+                max_height=height,
+                unless_etag=request.headers.get("if-none-match"),
+            )
+        )
+        if rendered is None:
+            return _error(
+                404, f"heap {image.heap_id} of {handle.vm_id} has no segments", target=target
+            )
+        headers = {
+            "ETag": rendered.etag,
+            "Cache-Control": "no-cache",
+            "X-Heap-Id": str(image.heap_id),
+            "X-Heap-Complete": "1" if image.complete else "0",
+            "X-Heap-Layout": json.dumps(rendered.layout.to_json(), separators=(",", ":")),
+        }
+        if rendered.png is None:
+            return Response(status_code=304, headers=headers)
+        return Response(rendered.png, media_type="image/png", headers=headers)
+
+    async def heap_legend(self, request: Request) -> Response:
+        return JSONResponse(heapimage.legend())
 
     async def gc(self, request: Request) -> Response:
         if request.method != "POST":
@@ -348,6 +433,39 @@ class _Api:
         )
 
 
+def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> Any:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return default
+    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+        raise _BadRequest(f"query parameter {name}={value!r} is not a number in {low}..{high}")
+    return int(value)
+
+
+def _page_routes() -> list[Route]:
+    """``GET /`` and ``GET /static/{name}``: the web page, read once, served from memory."""
+    assets = web.load_assets()
+
+    def respond(name: str) -> Response:
+        asset = assets[name]
+        return Response(asset.body, media_type=asset.media_type, headers=dict(web.PAGE_HEADERS))
+
+    async def index(request: Request) -> Response:
+        return respond("index.html")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in assets:
+            return _error(404, f"no page file {name!r}")
+        return respond(name)
+
+    return [
+        Route("/", index, methods=["GET"]),
+        Route("/index.html", index, methods=["GET"]),
+        Route("/static/{name}", static, methods=["GET"]),
+    ]
+
+
 def _flag(request: Request, name: str) -> bool:
     value = request.query_params.get(name)
     if value is None:
@@ -365,25 +483,34 @@ def create_app(
     token: str = "",
     version: str = __version__,
     middleware: Sequence[Middleware] = (),
+    extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The control API over `registry`. A non-empty `token` makes every request need it.
 
     `middleware` runs outside the token check (first in the list is outermost), so later
     browser-safety rules (Host/Origin checks) can reject a request before anything else.
+    `extra_routes` are served after the API's own (the daemon adds the event stream and
+    /metrics; the daemon's middleware, `ddmd.safety`, also checks its token).
     """
     api = _Api(registry, version)
     vm = API_PREFIX + "/vms/{target:path}"
     routes = [
         Route(API_PREFIX + "/health", _guarded(api.health), methods=["GET"]),
         Route(API_PREFIX + "/vms", _guarded(api.vms), methods=["GET"]),
+        Route(API_PREFIX + "/devices", _guarded(api.devices), methods=["GET"]),
         # Sub-resources before the bare VM route: `{target:path}` would swallow them.
         Route(vm + "/threads/{thread_id}/stack", _guarded(api.stack), methods=["GET"]),
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
+        Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
+        Route(vm + "/heap.png", _guarded(api.heap_png), methods=["GET"]),
+        Route(API_PREFIX + "/heap/legend", _guarded(api.heap_legend), methods=["GET"]),
         Route(vm + "/gc", _guarded(api.gc), methods=_ALL_METHODS),  # see _Api.gc
         Route(vm + "/select", _guarded(api.select), methods=_ALL_METHODS),
         Route(API_PREFIX + "/current", _guarded(api.current), methods=["GET"]),
         Route(vm, _guarded(api.vm), methods=["GET"]),
+        *_page_routes(),
+        *extra_routes,
     ]
     stack = list(middleware)
     if token:

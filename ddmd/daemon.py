@@ -7,7 +7,15 @@ Layer: the only place where tasks are wired together. Imports everything below i
         ├── signal watcher: SIGTERM/SIGINT -> stop (deadline = now + grace)
         ├── control API (nursery.start -> started once bound)
         ├── discovery.scan --VmFound--> supervisor
-        └── supervisor: one task per VM (VmActor.run), errors contained per VM
+        ├── discovery.adb  --VmFound/VmLost--> supervisor   (when [adb] enabled is not "off")
+        └── supervisor: one task per VM (VmActor.run), errors contained per VM; a VmLost
+            ends that VM's actor (its debugger's connection is closed) and logs why
+
+Around the tree: the event hub (`events.EventHub`, fed by the registry's change notices
+through `events.RegistryEvents`) behind ``GET /api/v1/events``; the metrics collector
+(`metrics.DaemonCollector`, reading live state at scrape time) behind ``GET /metrics``; the
+browser-safety middleware (`safety`); and sd_notify (`notify`): READY=1 once the control API
+and the current-VM port are bound, STOPPING=1 when shutdown starts.
 """
 
 from __future__ import annotations
@@ -20,9 +28,9 @@ from dataclasses import dataclass, field
 import structlog
 import trio
 
-from ddmd import control
+from ddmd import control, events, metrics, notify, safety
 from ddmd.config import Config
-from ddmd.discovery import VmFound
+from ddmd.discovery import VmFound, VmLost
 from ddmd.discovery.scan import PortScanner
 from ddmd.errors import PortInUse
 from ddmd.listeners import CurrentVmListener, VmPorts
@@ -46,22 +54,48 @@ class Supervisor:
     on_vm_ended: Callable[[object, bool, str], None] | None = None
     held: set[object] = field(default_factory=set)
     actors: dict[str, VmActor] = field(default_factory=dict)
+    _scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
+    _lost: dict[str, str] = field(default_factory=dict)
+    # Final counters of the VMs that went away: /metrics adds the live ones to these.
+    retired: metrics.RelayTotals = field(default_factory=metrics.RelayTotals)
 
     def held_ports(self) -> set[int]:
         return {k for k in self.held if isinstance(k, int)}
 
-    async def run(self, receive: trio.MemoryReceiveChannel[VmFound]) -> None:
+    async def run(self, receive: trio.MemoryReceiveChannel[VmFound | VmLost]) -> None:
         async with trio.open_nursery() as nursery, receive:
             async for found in receive:
+                if isinstance(found, VmLost):
+                    self._lose(found)
+                    continue
                 if found.key in self.held or found.vm_id in self.actors:
                     await _close_quietly(found.stream)
+                    self._ended(found.key, False, "rejected: already served")
                     continue
                 if len(self.actors) >= self.config.limits.max_vms:
                     log.warning(Event.VM_REJECTED, vm=found.vm_id, reason="limits.max_vms reached")
                     await _close_quietly(found.stream)
+                    self._ended(found.key, False, "rejected: limits.max_vms reached")
                     continue
                 self.held.add(found.key)
                 nursery.start_soon(self._run_vm, found)
+
+    def _ended(self, key: object, broke: bool, reason: str) -> None:
+        if self.on_vm_ended is not None:
+            self.on_vm_ended(key, broke, reason)
+
+    def _lose(self, lost: VmLost) -> None:
+        """Discovery lost a VM (its pid or device went away): end its actor; an attached
+        debugger is told by its connection closing."""
+        scope = self._scopes.get(lost.vm_id)
+        actor = self.actors.get(lost.vm_id)
+        if scope is None or actor is None:
+            return
+        self._lost[lost.vm_id] = lost.reason
+        log.warning(
+            Event.VM_LOST, vm=lost.vm_id, reason=lost.reason, debugger=actor.snapshot().debugger
+        )
+        scope.cancel()
 
     async def _run_vm(self, found: VmFound) -> None:
         actor = VmActor(
@@ -75,10 +109,14 @@ class Supervisor:
             ports=self.ports,
         )
         self.actors[found.vm_id] = actor
+        scope = self._scopes[found.vm_id] = trio.CancelScope()
         log.info(Event.VM_FOUND, vm=found.vm_id, address=found.address, source=found.source)
         reason = "crashed"
         try:
-            reason = await actor.run(found.stream, found.leftover, found.opener)
+            with scope:
+                reason = await actor.run(found.stream, found.leftover, found.opener)
+            if scope.cancelled_caught:
+                reason = f"lost: {self._lost.get(found.vm_id, 'discovery lost it')}"
         except* Exception as group:
             log.error(Event.VM_CRASHED, vm=found.vm_id, exc_info=group)
             await _close_quietly(found.stream)
@@ -86,6 +124,9 @@ class Supervisor:
             if self.on_vm_ended is not None:
                 broke = reason.startswith("protocol error") or reason == "crashed"
                 self.on_vm_ended(found.key, broke, reason)
+            self._scopes.pop(found.vm_id, None)
+            self._lost.pop(found.vm_id, None)
+            self.retired.add(actor)
             self.actors.pop(found.vm_id, None)
             self.held.discard(found.key)
             self.registry.remove(found.vm_id)
@@ -109,6 +150,7 @@ class Started:
     registry: VmRegistry
     supervisor: Supervisor
     stop: Callable[[], None]
+    hub: events.EventHub | None = None
 
 
 async def run(
@@ -122,6 +164,16 @@ async def run(
     book = PortBook(config.debugger.state_file, config.debugger.ports)
     ports = VmPorts(book, config.debugger.host)
     supervisor = Supervisor(config, registry, ports)
+    hub = events.EventHub()
+    registry_events = events.RegistryEvents(registry, hub)
+    scanners: list[PortScanner] = []
+    collector = metrics.DaemonCollector(
+        registry,
+        vms=lambda: list(supervisor.actors.values()),
+        retired=supervisor.retired,
+        scan_probes=lambda: sum(s.probes for s in scanners),
+        hub=hub,
+    )
     shutdown = trio.Event()
     grace = config.timeouts.shutdown_grace
 
@@ -130,7 +182,10 @@ async def run(
         def stop() -> None:
             if not shutdown.is_set():
                 log.info(Event.DAEMON_STOPPING, grace=grace)
+                _notify_systemd(notify.stopping, f"stopping (grace {grace:g} s)")
                 shutdown.set()
+                # Every event stream ends now, so the control server's graceful stop is quick.
+                hub.close(hub.event(events.StreamEvent.DAEMON_STOPPING))
                 # Hard cap: whatever has not finished within the grace period is cancelled.
                 root.cancel_scope.deadline = min(
                     root.cancel_scope.deadline, trio.current_time() + grace
@@ -140,7 +195,15 @@ async def run(
         if install_signal_handlers:
             root.start_soon(_watch_signals, stop, signals_scope)
 
-        app = control.create_app(registry, token=config.control.token)
+        # The token is checked by the safety middleware (Bearer header or ddmd_token cookie).
+        app = control.create_app(
+            registry,
+            middleware=safety.control_middleware(config.control),
+            extra_routes=[
+                events.events_route(hub, registry_events),
+                metrics.metrics_route(metrics.make_registry(collector)),
+            ],
+        )
         try:
             bound = await root.start(
                 control.serve, app, config.control.host, config.control.port, shutdown.wait
@@ -149,6 +212,7 @@ async def run(
             if exc.errno == errno.EADDRINUSE or "in use" in str(exc).lower():
                 raise PortInUse(config.control.port, "[control] port") from exc
             raise
+        safety.warn_if_exposed(config.control.host, _as_address(bound, config)[1])
 
         current = CurrentVmListener(registry, config.debugger.host, config.debugger.current_port)
         # Its own scope so that shutdown closes it at once; otherwise the root nursery waits
@@ -166,36 +230,67 @@ async def run(
         work = trio.CancelScope()
 
         async def discovery_and_vms() -> None:
-            with work:
-                send, receive = trio.open_memory_channel[VmFound](0)
+            # The event stream follows the registry while VMs come and go (the hub is closed
+            # when shutdown starts).
+            with work, registry.subscribe(registry_events):
+                send, receive = trio.open_memory_channel[VmFound | VmLost](0)
                 async with trio.open_nursery() as inner:
                     inner.start_soon(supervisor.run, receive)
+                    scanner: PortScanner | None = None
+                    adb: AdbDiscovery | None = None
                     if config.scan.enabled:
                         scanner = PortScanner(config, supervisor.held_ports)
+                        scanners.append(scanner)
+                        inner.start_soon(scanner.run, send.clone())
+                    if config.adb.enabled != "off":
+                        # Imported here: adbutils is slow to import and unused without adb.
+                        from ddmd.discovery.adb import AdbDiscovery
 
-                        def vm_ended(key: object, broke: bool, reason: str) -> None:
-                            if isinstance(key, int):
-                                scanner.vm_ended(key, protocol_error=broke, reason=reason)
+                        adb = AdbDiscovery(config, registry)
+                        inner.start_soon(adb.run, send.clone())
 
-                        supervisor.on_vm_ended = vm_ended
-                        inner.start_soon(scanner.run, send)
-                    else:
-                        await send.aclose()
+                    def vm_ended(key: object, broke: bool, reason: str) -> None:
+                        # Workstation VMs are keyed by port, device VMs by (serial, pid).
+                        if isinstance(key, int) and scanner is not None:
+                            scanner.vm_ended(key, protocol_error=broke, reason=reason)
+                        elif isinstance(key, tuple) and adb is not None:
+                            adb.vm_ended(key, protocol_error=broke, reason=reason)
+
+                    supervisor.on_vm_ended = vm_ended
+                    await send.aclose()
 
         root.start_soon(discovery_and_vms)
         log.info(
             Event.DAEMON_STARTED,
             control=f"{config.control.host}:{config.control.port}",
             scan=f"{config.scan.host}:{config.scan.ports}" if config.scan.enabled else "off",
+            adb=config.adb.enabled,
         )
-        task_status.started(
-            Started(_as_address(bound, config), current_port, registry, supervisor, stop)
+        address = _as_address(bound, config)
+        # Every listener is bound: the control API above, the current-VM port (per-VM ports
+        # open later, as VMs are named).
+        _notify_systemd(
+            notify.ready,
+            f"control API http://{_host_port(*address)}/, current-VM port {current_port}",
         )
+        task_status.started(Started(address, current_port, registry, supervisor, stop, hub))
         await shutdown.wait()
         work.cancel()
         current_scope.cancel()
         signals_scope.cancel()
     log.info(Event.DAEMON_STOPPED)
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _notify_systemd(send: Callable[[str], bool], status: str) -> None:
+    """Tell systemd (``Type=notify``); outside systemd this does nothing."""
+    try:
+        send(status)
+    except OSError as exc:
+        log.warning(Event.DAEMON_NOTIFY_FAILED, error=str(exc))
 
 
 def _as_address(bound: object, config: Config) -> tuple[str, int]:

@@ -43,6 +43,8 @@ RECEIVE_SIZE = 65536
 DIRECT_SEND_MAX = 65536  # larger packets always go through the queue
 DIRECT_SEND_LIMIT = 0.25  # seconds a direct send may wait for a debugger that stopped reading
 ROOM_PIECES = 4  # a streamed packet waits while more than this many pieces are queued
+#: The end reason of a session dropped for not reading (counted by the VM actor).
+SLOW_CONSUMER = "slow consumer"
 
 
 class BridgeTarget(Protocol):
@@ -136,7 +138,7 @@ class DebuggerSession:
                 await self._stream.send_all(data)
             if scope.cancelled_caught:
                 self._log.warning(Event.DEBUGGER_SLOW_CONSUMER, waited=DIRECT_SEND_LIMIT)
-                self.end("slow consumer")
+                self.end(SLOW_CONSUMER)
                 return
             self.packets_out += 1
             self.bytes_out += len(data)
@@ -174,7 +176,7 @@ class DebuggerSession:
                     queued_bytes=self._queued_bytes,
                     waited=self._config.timeouts.jdwp_request,
                 )
-                self.end("slow consumer")
+                self.end(SLOW_CONSUMER)
         self.deliver_piece(data, last=last)
 
     def _put(self, data: bytes) -> None:
@@ -188,7 +190,7 @@ class DebuggerSession:
             self._log.warning(
                 Event.DEBUGGER_SLOW_CONSUMER, queue=self._config.debugger.queue_packets
             )
-            self.end("slow consumer")
+            self.end(SLOW_CONSUMER)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._queued_bytes -= len(data)
 

@@ -71,6 +71,7 @@ class Event(StrEnum):
     DAEMON_STOPPING = "daemon.stopping"
     DAEMON_STOPPED = "daemon.stopped"
     DAEMON_SIGNAL = "daemon.signal_received"
+    DAEMON_NOTIFY_FAILED = "daemon.notify_failed"
     CONFIG_LOADED = "config.loaded"
     CONFIG_DEFAULTS_USED = "config.defaults_used"
     # listening ports
@@ -146,14 +147,19 @@ class Event(StrEnum):
     ADB_CONNECTED = "adb.connected"
     ADB_UNAVAILABLE = "adb.unavailable"
     ADB_LOST = "adb.lost"
+    ADB_SERVER_STARTING = "adb.server_starting"
+    ADB_PROTOCOL_ERROR = "adb.protocol_error"
     DEVICE_ONLINE = "device.online"
     DEVICE_OFFLINE = "device.offline"
+    DEVICE_TRACK_FAILED = "device.track_failed"
     DEVICE_VM_FOUND = "device.vm_found"
+    DEVICE_VM_OPEN_FAILED = "device.vm_open_failed"
     DEVICE_VM_GONE = "device.vm_gone"
     # control API
     CONTROL_STARTED = "control.started"
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"
+    CONTROL_REQUEST_REFUSED = "control.request_refused"
 
 
 def get_logger(name: str | None = None, **initial_values: Any) -> FilteringBoundLogger:

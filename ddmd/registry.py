@@ -1,4 +1,5 @@
-"""VmRegistry: the VMs ddmd knows, target resolution, current-VM selection, change notices.
+"""VmRegistry: the VMs ddmd knows, target resolution, current-VM selection, change notices,
+and the adb device list (written by the adb discoverer, read by ``/api/v1/devices``).
 
 Layer: imports protocol/ only (for plain value types); sync methods only, no I/O. The daemon
 creates one registry and passes it down explicitly; actors register a ``VmHandle`` and the
@@ -135,6 +136,25 @@ class VmSnapshot:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceSnapshot:
+    """One Android device or emulator as the adb server lists it."""
+
+    serial: str
+    state: str  # adb's state: "device" (usable), "offline", "unauthorized", ...
+    model: str | None = None
+    product: str | None = None
+
+    def to_json(self, *, vms: int) -> dict[str, Any]:
+        return {
+            "serial": self.serial,
+            "state": self.state,
+            "model": self.model,
+            "product": self.product,
+            "vms": vms,
+        }
+
+
 class VmHandle(Protocol):
     """What the registry and the control API may ask of a VM actor.
 
@@ -185,10 +205,12 @@ class VmRegistry:
     """Known VMs keyed by id; resolves CLI targets; tells listeners about changes.
 
     Listeners are plain callables ``(kind, vm_id)`` called synchronously; they must not block
-    (the event stream wraps them in ``send_nowait`` on bounded channels).
+    (the event stream wraps them in ``send_nowait`` on bounded channels). Kind "device" carries
+    a device serial instead of a VM id (the adb device list changed).
     """
 
     _vms: dict[str, VmHandle] = field(default_factory=dict)
+    _devices: dict[str, DeviceSnapshot] = field(default_factory=dict)
     _listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     _selected_key: str | None = None  # sticky selection: DEVICE|NAME of the chosen app
     _selected_id: str | None = None  # the VM that was chosen (preferred among equal keys)
@@ -214,6 +236,23 @@ class VmRegistry:
         if vm_id in self._vms:
             self._notify("changed", vm_id)
             self._check_current("vm named")
+
+    # ------------------------------------------------------------------ adb devices
+
+    def set_device(
+        self, serial: str, state: str, model: str | None = None, product: str | None = None
+    ) -> None:
+        """The adb discoverer reports a device (new, or its state or model changed)."""
+        self._devices[serial] = DeviceSnapshot(serial, state, model, product)
+        self._notify("device", serial)
+
+    def remove_device(self, serial: str) -> None:
+        if self._devices.pop(serial, None) is not None:
+            self._notify("device", serial)
+
+    def devices(self) -> list[DeviceSnapshot]:
+        """Known devices, sorted by serial."""
+        return [self._devices[s] for s in sorted(self._devices)]
 
     # ------------------------------------------------------------------ current VM
 

@@ -32,7 +32,7 @@ import structlog
 import trio
 
 from ddmd.config import Config
-from ddmd.debugger import DebuggerSession
+from ddmd.debugger import SLOW_CONSUMER, DebuggerSession
 from ddmd.discovery import Opener
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
 from ddmd.listeners import VmPorts, accept_loop, close_with_reason
@@ -253,6 +253,7 @@ class VmActor:
         self._port_key: str | None = None
         self._identified = False
         self._reconnects = 0
+        self._slow_debuggers = 0
         self._relay_target: _RelayTarget | None = None
         self._session_ending = False
         self.relayed_to_vm = 0
@@ -1107,6 +1108,8 @@ class VmActor:
         self.bytes_to_vm += len(data)
 
     def detach(self, session: DebuggerSession, reason: str) -> None:
+        if reason == SLOW_CONSUMER:
+            self._slow_debuggers += 1
         if session is not self._debugger:
             return
         self._debugger = None
@@ -1145,6 +1148,7 @@ class VmActor:
             "bytes_to_vm": self.bytes_to_vm,
             "bytes_to_debugger": self.bytes_to_debugger,
             "reconnects": self._reconnects,
+            "slow_debuggers": self._slow_debuggers,
         }
 
 

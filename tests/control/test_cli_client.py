@@ -78,7 +78,16 @@ def api_json(vms: dict[str, FakeVm], method: str, path: str) -> object:
 
 
 def test_commands_list():
-    assert [c.name for c in COMMANDS] == ["clients", "threads", "heap", "gc", "select", "stack"]
+    assert [c.name for c in COMMANDS] == [
+        "clients",
+        "devices",
+        "threads",
+        "heap",
+        "gc",
+        "select",
+        "stack",
+        "events",
+    ]
     for command in COMMANDS:
         names = {p.name for p in command.params}
         assert {"config_file", "control", "device", "as_json"} <= names

@@ -1,0 +1,1003 @@
+// ddmd live page: VM list, live thread states, stacks, heap figures and the heap bitmap.
+//
+// Same origin only: every request is a relative fetch to /api/v1 (or the EventSource on
+// /api/v1/events when the daemon has one). Text that comes from VMs (names, frames) is put
+// into the page with textContent, never as HTML. A token, when the daemon needs one, comes
+// from a `ddmd_token` cookie (sent by the browser on its own) or from `#token=...` in the
+// address / the banner form (sent as `Authorization: Bearer`, kept for this tab only).
+"use strict";
+
+(() => {
+  const API = "/api/v1";
+  const THREAD_INTERVAL_MS = 500; // 2 Hz while a VM's panel is shown
+  const THREAD_SLOW_MS = 2000; // while the VM has not reported threads yet
+  const VM_POLL_MS = 2000; // without an event stream
+  const VM_SAFETY_MS = 15000; // with an event stream: a slow refresh in case one was missed
+  const EVENTS_RETRY_MS = 30000; // try the event stream again after falling back to polling
+  const HEAP_WIDTH = 512;
+  const HEAP_HEIGHT = 512;
+  const TOKEN_KEY = "ddmd.token";
+
+  const REFRESH_DEBOUNCE_MS = 250;
+
+  // Event names of the daemon's stream (SSE `event:` fields, ddmd.events.StreamEvent);
+  // unnamed messages are handled too, by the `event` field of their JSON data.
+  const STREAM_EVENTS = [
+    "stream.opened", "vm.found", "vm.gone", "vm.changed", "vm.renamed",
+    "vm.waiting_for_debugger", "debugger.attached", "debugger.detached", "current.changed",
+    "threads.updated", "heap.info", "heap.dumped", "device.changed", "device.gone",
+    "daemon.stopping", "overflow",
+  ];
+
+  const KNOWN_STATES = new Set([
+    "running", "timed-wait", "monitor", "wait", "waiting", "sleeping", "init", "start",
+    "native", "vmwait", "suspended", "zombie",
+  ]);
+
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    token: "",
+    vms: [],
+    shown: null, // id of the VM whose panel is open
+    threadGen: 0,
+    threadTimer: null,
+    stackThread: null,
+    heapEtag: null,
+    heapUrl: null,
+    heapImages: [],
+    legend: null,
+    events: null,
+    eventsOpen: false,
+    pollTimer: null,
+    safetyTimer: null,
+    refreshQueued: false,
+    refreshRunning: false,
+    refreshAgain: false,
+    gcRunning: false,
+    shownGone: false,
+    vmSignature: "",
+  };
+
+  class ApiError extends Error {
+    constructor(status, message, body) {
+      super(message);
+      this.status = status;
+      this.body = body;
+    }
+  }
+
+  // ------------------------------------------------------------------------------ helpers
+
+  function el(tag, opts = {}, ...children) {
+    const node = document.createElement(tag);
+    if (opts.cls) node.className = opts.cls;
+    if (opts.text !== undefined && opts.text !== null) node.textContent = String(opts.text);
+    if (opts.title) node.title = String(opts.title);
+    if (opts.data) for (const [k, v] of Object.entries(opts.data)) node.dataset[k] = String(v);
+    for (const child of children) if (child) node.appendChild(child);
+    return node;
+  }
+
+  function setText(node, value) {
+    const text = value === null || value === undefined ? "" : String(value);
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  function show(node, visible) {
+    node.hidden = !visible;
+  }
+
+  function note(node, text) {
+    setText(node, text || "");
+    show(node, Boolean(text));
+  }
+
+  function formatBytes(n) {
+    if (n === null || n === undefined) return "—";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let value = n;
+    let i = 0;
+    while (value >= 1024 && i < units.length - 1) {
+      value /= 1024;
+      i += 1;
+    }
+    return i === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 2 : 1)} ${units[i]}`;
+  }
+
+  function formatCount(n) {
+    return n === null || n === undefined ? "—" : Number(n).toLocaleString("en-US");
+  }
+
+  function hex(n) {
+    return "0x" + Number(n).toString(16).padStart(8, "0");
+  }
+
+  function clock(date) {
+    return date.toLocaleTimeString("en-GB", { hour12: false });
+  }
+
+  function vmPath(id) {
+    // VM ids look like "tcp:8000" or "SERIAL/1234"; the API routes take the slash as is.
+    return "/vms/" + id.split("/").map(encodeURIComponent).join("/");
+  }
+
+  function vmName(vm) {
+    if (vm.app) return vm.app;
+    if (vm.package) return vm.package;
+    if (vm.description) return vm.description.split("\n")[2] || vm.description.split("\n")[0];
+    return vm.address || vm.id;
+  }
+
+  // ------------------------------------------------------------------------------ token
+
+  function hashParams() {
+    return new URLSearchParams(location.hash.replace(/^#/, ""));
+  }
+
+  function readToken() {
+    // `/?token=...` logged this browser in (the daemon set its cookie): drop the token from
+    // the address so it does not linger in history or screenshots.
+    const query = new URLSearchParams(location.search);
+    if (query.has("token")) {
+      query.delete("token");
+      history.replaceState(null, "", location.pathname +
+        (query.toString() ? "?" + query.toString() : "") + location.hash);
+    }
+    const params = hashParams();
+    try {
+      if (params.has("token")) {
+        sessionStorage.setItem(TOKEN_KEY, params.get("token"));
+        params.delete("token");
+        history.replaceState(null, "", location.pathname + location.search +
+          (params.toString() ? "#" + params.toString() : ""));
+      }
+      return sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch (_) {
+      return params.get("token") || "";
+    }
+  }
+
+  function askForToken(message) {
+    banner(message);
+    show($("token-form"), true);
+  }
+
+  function banner(message) {
+    note($("banner-text"), message);
+    show($("banner"), Boolean(message));
+    if (!message) show($("token-form"), false);
+  }
+
+  // ------------------------------------------------------------------------------ API
+
+  async function api(path, { method = "GET", accept = "application/json", headers = {} } = {}) {
+    const all = { Accept: accept, ...headers };
+    if (state.token) all.Authorization = "Bearer " + state.token;
+    let response;
+    try {
+      response = await fetch(API + path, {
+        method, headers: all, credentials: "same-origin", cache: "no-store",
+      });
+    } catch (err) {
+      setLive("offline", "ddmd unreachable");
+      throw new ApiError(0, "ddmd does not answer at this address", null);
+    }
+    if (response.status === 401) {
+      askForToken(state.token
+        ? "The token was refused. Enter the daemon's [control] token:"
+        : "This daemon requires a token ([control] token). Enter it:");
+      throw new ApiError(401, "token required", null);
+    }
+    return response;
+  }
+
+  async function apiJson(path, opts) {
+    const response = await api(path, opts);
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (_) {
+      body = null;
+    }
+    if (!response.ok) {
+      const message = body && typeof body.error === "string" ? body.error : response.statusText;
+      throw new ApiError(response.status, message, body);
+    }
+    return body;
+  }
+
+  // ------------------------------------------------------------------------------ live mode
+
+  function setLive(mode, text) {
+    const node = $("live");
+    node.dataset.mode = mode;
+    setText(node, text);
+  }
+
+  function startEvents() {
+    if (typeof EventSource === "undefined") {
+      startPolling();
+      return;
+    }
+    let source;
+    try {
+      source = new EventSource(API + "/events");
+    } catch (_) {
+      startPolling();
+      return;
+    }
+    state.events = source;
+    state.eventsOpen = false;
+    source.onopen = () => {
+      state.eventsOpen = true;
+      stopPolling();
+      setLive("events", "live · events");
+      clearInterval(state.safetyTimer);
+      state.safetyTimer = setInterval(queueRefresh, VM_SAFETY_MS);
+      queueRefresh();
+    };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED || !state.eventsOpen) {
+        // No stream here (404, not text/event-stream) or it failed for good: poll instead,
+        // and try the stream again later.
+        source.close();
+        if (state.events === source) state.events = null;
+        state.eventsOpen = false;
+        clearInterval(state.safetyTimer);
+        startPolling();
+        setTimeout(() => {
+          if (!state.events) startEvents();
+        }, EVENTS_RETRY_MS);
+      } else {
+        startPolling(); // the browser reconnects by itself; poll meanwhile
+      }
+    };
+    const handler = (event) => onStreamEvent(event);
+    source.onmessage = handler;
+    for (const name of STREAM_EVENTS) source.addEventListener(name, handler);
+  }
+
+  function onStreamEvent(event) {
+    let name = event.type;
+    let data = null;
+    try {
+      data = JSON.parse(event.data);
+    } catch (_) {
+      data = null;
+    }
+    if (name === "message" && data && typeof data === "object") {
+      name = String(data.event || data.type || data.kind || "message");
+    }
+    if (name.startsWith("thread")) return; // the open panel polls threads itself
+    if (name === "heap.dumped") {
+      // A dump taken elsewhere (`ddmd heap --segments`) redraws the open panel's picture;
+      // after our own "Cause GC" the ETag makes this a cheap 304.
+      const vm = data && typeof data === "object" ? data.vm : null;
+      if (state.shown && vm === state.shown && !state.gcRunning) loadHeap(state.shown);
+      return;
+    }
+    queueRefresh();
+  }
+
+  function startPolling() {
+    if (state.pollTimer) return;
+    setLive("polling", `live · polling every ${VM_POLL_MS / 1000} s`);
+    state.pollTimer = setInterval(queueRefresh, VM_POLL_MS);
+    queueRefresh();
+  }
+
+  function stopPolling() {
+    clearInterval(state.pollTimer);
+    state.pollTimer = null;
+  }
+
+  // ------------------------------------------------------------------------------ VM list
+
+  function queueRefresh() {
+    if (state.refreshQueued) return;
+    state.refreshQueued = true;
+    setTimeout(() => {
+      state.refreshQueued = false;
+      refreshVms();
+    }, REFRESH_DEBOUNCE_MS);
+  }
+
+  async function refreshVms() {
+    if (state.refreshRunning) {
+      state.refreshAgain = true;
+      return;
+    }
+    state.refreshRunning = true;
+    try {
+      const vms = await apiJson("/vms");
+      state.vms = Array.isArray(vms) ? vms : [];
+      if (!state.eventsOpen && state.pollTimer) {
+        setLive("polling", `live · polling every ${VM_POLL_MS / 1000} s`);
+      } else if (state.eventsOpen) {
+        setLive("events", "live · events");
+      }
+      if ($("banner").dataset.kind === "offline") {
+        banner("");
+        delete $("banner").dataset.kind;
+      }
+      renderVms();
+      updateShownVm();
+    } catch (err) {
+      if (err.status === 0) {
+        banner("ddmd does not answer at this address; retrying…");
+        $("banner").dataset.kind = "offline";
+      }
+    } finally {
+      state.refreshRunning = false;
+      if (state.refreshAgain) {
+        state.refreshAgain = false;
+        queueRefresh();
+      }
+    }
+  }
+
+  function ddmCell(vm) {
+    if (vm.ddm === true) {
+      const missing = (vm.unsupported || []).filter((f) => f !== "DBGD");
+      if (missing.length) {
+        return el("span", {
+          cls: "badge partial",
+          text: "yes, limited",
+          title: "DDM requests this VM does not answer: " + missing.join(", "),
+        });
+      }
+      return el("span", { cls: "badge yes", text: "yes" });
+    }
+    if (vm.ddm === false) return el("span", { cls: "badge no", text: "no", title: "plain JVM: JDWP only" });
+    return el("span", { cls: "badge unknown", text: "…", title: "not known yet" });
+  }
+
+  // The VM table is rebuilt only when something it shows changed, so a button under the
+  // pointer is not replaced between press and release.
+  const VM_FIELDS = [
+    "id", "app", "package", "vm_ident", "description", "pid", "device", "source", "address",
+    "ddm", "unsupported", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
+  ];
+
+  function renderVms() {
+    const vms = [...state.vms].sort((a, b) => vmName(a).localeCompare(vmName(b)) || a.id.localeCompare(b.id));
+    const signature = JSON.stringify([state.shown, vms.map((vm) => VM_FIELDS.map((f) => vm[f]))]);
+    if (signature === state.vmSignature) return;
+    state.vmSignature = signature;
+    const tbody = $("vms").tBodies[0];
+    const rows = document.createDocumentFragment();
+    for (const vm of vms) {
+      const tr = el("tr", { data: { vmId: vm.id } });
+      if (vm.id === state.shown) tr.classList.add("shown");
+      if (vm.current) tr.classList.add("current");
+
+      const currentCell = el("td", { cls: "current-cell" });
+      if (vm.current) {
+        currentCell.appendChild(el("span", { cls: "badge current", text: "● current" }));
+      } else {
+        const button = el("button", { cls: "small select", text: "Make current", title: "Debuggers on the current-VM port will reach this VM" });
+        button.type = "button";
+        button.addEventListener("click", (e) => {
+          e.stopPropagation();
+          selectVm(vm.id, button);
+        });
+        currentCell.appendChild(button);
+      }
+      tr.appendChild(currentCell);
+
+      const nameCell = el("td", { cls: "name" });
+      const open = el("button", { cls: "link", text: vmName(vm), title: vm.id });
+      open.type = "button";
+      open.addEventListener("click", (e) => {
+        e.stopPropagation();
+        openVm(vm.id);
+      });
+      nameCell.appendChild(open);
+      if (vm.package && vm.package !== vm.app) {
+        nameCell.appendChild(el("div", { cls: "muted small", text: vm.package }));
+      }
+      if (vm.vm_ident) nameCell.appendChild(el("div", { cls: "muted small", text: vm.vm_ident }));
+      tr.appendChild(nameCell);
+
+      tr.appendChild(el("td", { cls: "num", text: vm.pid ?? "—" }));
+      tr.appendChild(el("td", { text: vm.device || "local" }));
+      const source = el("td");
+      source.appendChild(el("span", { text: vm.source }));
+      source.appendChild(el("div", { cls: "muted small mono", text: vm.address }));
+      tr.appendChild(source);
+      tr.appendChild(el("td", {}, ddmCell(vm)));
+      tr.appendChild(el("td", { cls: "num mono", text: vm.debugger_port ?? "—" }));
+      tr.appendChild(el("td", { cls: vm.debugger ? "attached" : "muted", text: vm.debugger || "none" }));
+      tr.appendChild(el("td", {}, vm.waiting_for_debugger
+        ? el("span", { cls: "badge waiting", text: "waiting" })
+        : el("span", { cls: "muted", text: "no" })));
+      tr.appendChild(el("td", { text: vm.state }));
+      const watch = el("td", { cls: "watch" });
+      if (vm.id === state.shown) watch.appendChild(el("span", { cls: "badge watching", text: "shown" }));
+      tr.appendChild(watch);
+
+      tr.addEventListener("click", () => openVm(vm.id));
+      rows.appendChild(tr);
+    }
+    tbody.replaceChildren(rows);
+    show($("vms-empty"), vms.length === 0);
+    show($("vms"), vms.length > 0);
+    setText($("vm-count"), vms.length === 1 ? "1 VM" : `${vms.length} VMs`);
+  }
+
+  async function selectVm(id, button) {
+    button.disabled = true;
+    state.vmSignature = ""; // redraw even if the refresh finds nothing new
+    try {
+      await apiJson(vmPath(id) + "/select", { method: "POST" });
+    } catch (err) {
+      banner(`Could not make ${id} current: ${err.message}`);
+    }
+    queueRefresh();
+  }
+
+  // ------------------------------------------------------------------------------ VM panel
+
+  function shownVm() {
+    return state.vms.find((vm) => vm.id === state.shown) || null;
+  }
+
+  function openVm(id) {
+    if (state.shown === id) return;
+    closeVm();
+    state.shown = id;
+    state.shownGone = false;
+    const params = hashParams();
+    params.set("vm", id);
+    history.replaceState(null, "", "#" + params.toString());
+    show($("detail"), true);
+    showThreadTable(false);
+    $("threads").tBodies[0].replaceChildren();
+    setText($("threads-count"), "");
+    setText($("threads-age"), "");
+    note($("threads-note"), "Loading threads…");
+    closeStack();
+    state.heapEtag = null;
+    state.heapImages = [];
+    show($("heap-view"), false);
+    $("heaps").tBodies[0].replaceChildren();
+    setText($("heap-status"), "");
+    updateShownVm();
+    renderVms();
+    startThreads();
+    loadHeap(id);
+  }
+
+  function closeVm() {
+    stopThreads();
+    state.shown = null;
+    show($("detail"), false);
+    if (state.heapUrl) URL.revokeObjectURL(state.heapUrl);
+    state.heapUrl = null;
+    $("heap-img").removeAttribute("src");
+    delete $("heap-img").dataset.etag;
+    const params = hashParams();
+    if (params.has("vm")) {
+      params.delete("vm");
+      history.replaceState(null, "", location.pathname + location.search +
+        (params.toString() ? "#" + params.toString() : ""));
+    }
+  }
+
+  function threadsMissingReason(vm) {
+    if (!vm) return "This VM is gone.";
+    const missing = new Set(vm.unsupported || []);
+    if (vm.ddm === false) {
+      return "This VM does not speak DDM (a plain JVM): it reports no threads to ddmd. " +
+        "Debuggers can still attach through its port.";
+    }
+    if (missing.has("THST") || missing.has("THEN")) {
+      return "This VM does not report threads (Android 12+ removed the DDM thread handler).";
+    }
+    if (vm.ddm === null) return "Identifying this VM…";
+    return null;
+  }
+
+  function heapMissingReason(vm) {
+    if (!vm) return "This VM is gone.";
+    const missing = new Set(vm.unsupported || []);
+    if (vm.ddm === false) {
+      return "This VM does not speak DDM (a plain JVM): no heap figures, heap bitmap or GC through ddmd.";
+    }
+    if (missing.has("HPSG") || missing.has("HPIF") || missing.has("HPGC")) {
+      return "This VM does not report its heap (Android 12+ removed the DDM heap handlers).";
+    }
+    if (vm.ddm === null) return "Identifying this VM…";
+    return null;
+  }
+
+  function updateShownVm() {
+    const id = state.shown;
+    if (!id) return;
+    const vm = shownVm();
+    setText($("detail-title"), vm ? vmName(vm) : id);
+    const sub = vm
+      ? [vm.id, vm.pid !== null ? `pid ${vm.pid}` : null, vm.vm_ident, vm.abi].filter(Boolean).join(" · ")
+      : id;
+    setText($("detail-sub"), sub);
+    note($("detail-note"), vm ? "" : "This VM is gone: ddmd lost its connection.");
+    if (!vm && !state.shownGone) {
+      state.shownGone = true;
+      stopThreads();
+      show($("threads-live"), false);
+    } else if (vm && state.shownGone) {
+      state.shownGone = false; // back (same id): watch it again
+      startThreads();
+      loadHeap(id);
+    }
+    const heapReason = heapMissingReason(vm);
+    const gc = $("gc");
+    gc.disabled = state.gcRunning || (Boolean(heapReason) && (!vm || vm.ddm !== null));
+    gc.title = heapReason || "Run a garbage collection and fetch the heap segments";
+    if (heapReason) {
+      note($("heap-note"), heapReason);
+    } else if (!state.heapImages.length) {
+      note($("heap-note"), "No heap dump yet. Cause GC runs a collection in the VM and draws the heap it reports.");
+    }
+    renderHeapInfo(vm);
+  }
+
+  // ------------------------------------------------------------------------------ threads
+
+  function startThreads() {
+    stopThreads();
+    if (!state.shown || document.hidden) return;
+    const gen = state.threadGen;
+    const id = state.shown;
+    show($("threads-live"), true);
+    const tick = async () => {
+      if (gen !== state.threadGen) return;
+      const began = performance.now();
+      let delay = THREAD_INTERVAL_MS;
+      try {
+        const body = await apiJson(vmPath(id) + "/threads");
+        if (gen !== state.threadGen) return;
+        delay = renderThreads(body);
+      } catch (err) {
+        if (gen !== state.threadGen) return;
+        if (err.status === 404 || err.status === 410) {
+          note($("threads-note"), "This VM is gone.");
+          showThreadTable(false);
+          delay = 0;
+        } else {
+          note($("threads-note"), `Threads unavailable: ${err.message}`);
+          delay = THREAD_SLOW_MS;
+        }
+      }
+      if (gen !== state.threadGen) return;
+      if (delay > 0) {
+        state.threadTimer = setTimeout(tick, Math.max(0, delay - (performance.now() - began)));
+      } else {
+        show($("threads-live"), false);
+      }
+    };
+    tick();
+  }
+
+  function stopThreads() {
+    state.threadGen += 1;
+    clearTimeout(state.threadTimer);
+    state.threadTimer = null;
+  }
+
+  // Returns the delay before the next poll (0: stop).
+  function renderThreads(body) {
+    const vm = body.vm;
+    const index = state.vms.findIndex((v) => v.id === vm.id);
+    if (index >= 0) state.vms[index] = vm;
+    const table = $("threads");
+    if (body.threads === null || body.threads === undefined) {
+      const reason = threadsMissingReason(vm);
+      showThreadTable(false);
+      setText($("threads-age"), "");
+      setText($("threads-count"), "");
+      note($("threads-note"), reason || "Waiting for the VM's first thread list…");
+      if (reason && vm.ddm !== null) return 0; // it will not come: stop asking
+      return THREAD_SLOW_MS;
+    }
+    note($("threads-note"), "");
+    showThreadTable(true);
+    const tbody = table.tBodies[0];
+    const existing = new Map();
+    for (const row of tbody.rows) existing.set(row.dataset.threadId, row);
+    const threads = [...body.threads].sort((a, b) => a.id - b.id);
+    const seen = new Set();
+    for (const t of threads) {
+      const key = String(t.id);
+      seen.add(key);
+      let row = existing.get(key);
+      if (!row) {
+        row = el("tr", { data: { threadId: key } });
+        for (const cls of ["num", "num", "tname", "state", "num", "num", "daemon"]) row.appendChild(el("td", { cls }));
+        row.addEventListener("click", () => showStack(Number(row.dataset.threadId)));
+        row.title = "Click for the stack trace";
+      }
+      const cells = row.cells;
+      setText(cells[0], t.id);
+      setText(cells[1], t.tid ?? "—");
+      setText(cells[2], t.name || "(unnamed)");
+      setState(cells[3], t.state ?? (t.status ?? "?"));
+      setText(cells[4], t.utime ?? "—");
+      setText(cells[5], t.stime ?? "—");
+      setText(cells[6], t.daemon === null || t.daemon === undefined ? "—" : t.daemon ? "yes" : "");
+      row.classList.toggle("selected", state.stackThread === t.id);
+      tbody.appendChild(row); // keeps the id order; moves an existing row
+    }
+    for (const [key, row] of existing) if (!seen.has(key)) row.remove();
+    setText($("threads-count"), `${threads.length}`);
+    setText($("threads-age"), "updated " + clock(new Date()));
+    return THREAD_INTERVAL_MS;
+  }
+
+  function showThreadTable(visible) {
+    show($("threads-scroll"), visible);
+  }
+
+  function setState(cell, value) {
+    const text = String(value);
+    let badge = cell.firstElementChild;
+    if (!badge) {
+      badge = el("span", { cls: "badge state" });
+      cell.appendChild(badge);
+    }
+    if (badge.textContent === text) return;
+    const known = KNOWN_STATES.has(text) ? text : "other";
+    badge.className = `badge state st-${known}`;
+    badge.textContent = text;
+    cell.dataset.state = text;
+    if (cell.dataset.seen) {
+      cell.classList.remove("changed");
+      void cell.offsetWidth; // restart the highlight animation
+      cell.classList.add("changed");
+    }
+    cell.dataset.seen = "1";
+  }
+
+  // ------------------------------------------------------------------------------ stacks
+
+  async function showStack(threadId) {
+    const id = state.shown;
+    if (!id) return;
+    state.stackThread = threadId;
+    for (const row of $("threads").tBodies[0].rows) {
+      row.classList.toggle("selected", Number(row.dataset.threadId) === threadId);
+    }
+    const row = [...$("threads").tBodies[0].rows].find((r) => Number(r.dataset.threadId) === threadId);
+    const name = row ? row.cells[2].textContent : "";
+    show($("stack"), true);
+    setText($("stack-title"), `Stack of thread ${threadId}${name ? " · " + name : ""}`);
+    note($("stack-note"), "Loading…");
+    $("stack-frames").replaceChildren();
+    try {
+      const body = await apiJson(`${vmPath(id)}/threads/${threadId}/stack`);
+      if (state.shown !== id || state.stackThread !== threadId) return;
+      const items = document.createDocumentFragment();
+      for (const frame of body.frames) {
+        const li = el("li");
+        li.appendChild(el("span", { cls: "cls", text: frame.class_name }));
+        li.appendChild(document.createTextNode("."));
+        li.appendChild(el("span", { cls: "meth", text: frame.method_name }));
+        let where;
+        if (frame.line === -2) where = "native method";
+        else if (frame.file_name && frame.line >= 0) where = `${frame.file_name}:${frame.line}`;
+        else if (frame.file_name) where = frame.file_name;
+        else where = "unknown source";
+        li.appendChild(el("span", { cls: "src", text: ` (${where})` }));
+        items.appendChild(li);
+      }
+      $("stack-frames").replaceChildren(items);
+      note($("stack-note"), body.frames.length ? "" : "The VM reported an empty stack.");
+    } catch (err) {
+      if (state.shown !== id || state.stackThread !== threadId) return;
+      const text = err.status === 501
+        ? "This VM does not report stack traces (Android 12+ removed the DDM handler)."
+        : `No stack: ${err.message}`;
+      note($("stack-note"), text);
+    }
+  }
+
+  function closeStack() {
+    state.stackThread = null;
+    show($("stack"), false);
+    for (const row of $("threads").tBodies[0].rows) row.classList.remove("selected");
+  }
+
+  // ------------------------------------------------------------------------------ heap
+
+  function renderHeapInfo(vm) {
+    const heaps = vm ? vm.heaps || [] : [];
+    const tbody = $("heaps").tBodies[0];
+    const rows = document.createDocumentFragment();
+    for (const h of heaps) {
+      const used = h.size ? (100 * h.bytes_allocated) / h.size : null;
+      const tr = el("tr", { data: { heapId: h.heap_id } });
+      tr.appendChild(el("td", { text: `#${h.heap_id}` }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(h.size) }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(h.max_size) }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(h.bytes_allocated) }));
+      tr.appendChild(el("td", { cls: "num", text: formatCount(h.objects_allocated) }));
+      const usedCell = el("td", { cls: "num" });
+      if (used !== null) {
+        const meter = el("span", { cls: "meter" });
+        const bar = el("span", { cls: "meter-bar" });
+        bar.style.width = `${Math.min(100, used).toFixed(1)}%`;
+        meter.appendChild(bar);
+        usedCell.appendChild(meter);
+        usedCell.appendChild(el("span", { text: ` ${used.toFixed(0)}%` }));
+      } else {
+        usedCell.textContent = "—";
+      }
+      tr.appendChild(usedCell);
+      tr.appendChild(el("td", { cls: "muted small", text: h.timestamp_ms ? clock(new Date(h.timestamp_ms)) : "" }));
+      rows.appendChild(tr);
+    }
+    tbody.replaceChildren(rows);
+    show($("heaps"), heaps.length > 0);
+  }
+
+  async function loadLegend() {
+    if (state.legend) return state.legend;
+    try {
+      state.legend = await apiJson("/heap/legend");
+    } catch (_) {
+      state.legend = null;
+    }
+    return state.legend;
+  }
+
+  async function loadHeap(id) {
+    try {
+      const body = await apiJson(vmPath(id) + "/heap");
+      if (state.shown !== id) return;
+      state.heapImages = body.images || [];
+      if (state.heapImages.length) await loadHeapPicture(id);
+      updateShownVm();
+    } catch (err) {
+      if (state.shown !== id) return;
+      if (err.status !== 501) setText($("heap-status"), `Heap: ${err.message}`);
+    }
+  }
+
+  function pickImage(images) {
+    const java = images.filter((i) => !i.native);
+    const pool = java.length ? java : images;
+    return [...pool].sort((a, b) => a.heap_id - b.heap_id)[0] || null;
+  }
+
+  async function loadHeapPicture(id) {
+    const image = pickImage(state.heapImages);
+    const query = `?width=${HEAP_WIDTH}&height=${HEAP_HEIGHT}` + (image ? `&heap=${image.heap_id}` : "");
+    const headers = state.heapEtag ? { "If-None-Match": state.heapEtag } : {};
+    const response = await api(vmPath(id) + "/heap.png" + query, { accept: "image/png", headers });
+    if (state.shown !== id) return;
+    if (response.status === 304) return;
+    if (response.status === 404) {
+      show($("heap-view"), false);
+      return;
+    }
+    if (!response.ok) {
+      let message = response.statusText;
+      try {
+        message = (await response.json()).error || message;
+      } catch (_) { /* not JSON */ }
+      setText($("heap-status"), `Heap picture: ${message}`);
+      return;
+    }
+    const blob = await response.blob();
+    if (state.shown !== id) return;
+    const layout = parseLayout(response.headers.get("X-Heap-Layout"));
+    const url = URL.createObjectURL(blob);
+    const img = $("heap-img");
+    const loaded = new Promise((resolve) => {
+      img.onload = resolve;
+      img.onerror = resolve;
+    });
+    img.src = url;
+    await loaded;
+    if (state.heapUrl) URL.revokeObjectURL(state.heapUrl);
+    state.heapUrl = url;
+    state.heapEtag = response.headers.get("ETag");
+    img.dataset.etag = state.heapEtag || "";
+    img.dataset.heapId = response.headers.get("X-Heap-Id") || "";
+    if (layout) {
+      img.width = layout.width;
+      img.height = layout.height;
+    }
+    renderHeapSummary(image, layout);
+    await renderLegend(image);
+    note($("heap-note"), "");
+    show($("heap-view"), true);
+  }
+
+  function parseLayout(text) {
+    if (!text) return null;
+    try {
+      return JSON.parse(text);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function figure(list, label, value, title) {
+    const dt = el("dt", { text: label });
+    const dd = el("dd", { text: value, title });
+    list.appendChild(dt);
+    list.appendChild(dd);
+  }
+
+  function renderHeapSummary(image, layout) {
+    const list = $("heap-summary");
+    list.replaceChildren();
+    if (!image) return;
+    const s = image.summary;
+    figure(list, "Used", formatBytes(s.bytes_used));
+    figure(list, "Free", formatBytes(s.bytes_free), "free space between allocations");
+    figure(list, "Largest free run", formatBytes(s.largest_free_run));
+    figure(list, "Fragmentation", `${(100 * s.fragmentation).toFixed(1)}%`,
+      "1 − largest free run / free bytes");
+    figure(list, "Free runs", formatCount(s.free_run_count));
+    if (s.object_count !== null) figure(list, "Objects", formatCount(s.object_count));
+    figure(list, "Segments", formatCount(s.segment_count));
+    if (s.span) {
+      figure(list, "Span", `${hex(s.span[0])}–${hex(s.span[1])}`, formatBytes(s.span[1] - s.span[0]));
+    }
+    const problems = [];
+    if (!image.complete) problems.push("incomplete dump");
+    if (image.problems && image.problems.length) problems.push(`${image.problems.length} problem(s)`);
+    const caption = [`heap #${image.heap_id}`];
+    if (layout) caption.push(describeScale(layout), `${layout.bytes_per_row ? formatBytes(layout.bytes_per_row) : "?"} a row`);
+    caption.push(`drawn ${clock(new Date())}`);
+    if (problems.length) caption.push(problems.join(", "));
+    setText($("heap-caption"), caption.join(" · "));
+  }
+
+  function describeScale(layout) {
+    if (layout.cell > 1) return `1 unit (${layout.unit_size} B) = ${layout.cell}×${layout.cell} px`;
+    if (layout.units_per_pixel === 1) return `1 px = 1 unit (${layout.unit_size} B)`;
+    return `1 px = ${formatBytes(layout.bytes_per_pixel)} (${layout.units_per_pixel} units)`;
+  }
+
+  async function renderLegend(image) {
+    const legend = await loadLegend();
+    const list = $("legend");
+    list.replaceChildren();
+    if (!legend) return;
+    const byKind = image ? image.summary.bytes_by_kind || {} : {};
+    const groups = [["space", "Space"], ["kind", "Kind (hard reachable)"], ["solidity", "Reachability"]];
+    for (const [group, title] of groups) {
+      const entries = legend.entries.filter((e) => e.group === group);
+      if (group === "solidity") {
+        // Shipped VMs send only free and hard: list the rest only when the dump has them.
+        const present = image ? image.summary.bytes_by_solidity || {} : {};
+        const shown = entries.filter((e) => e.key !== "hard" && present[e.key]);
+        if (!shown.length) continue;
+        list.appendChild(el("li", { cls: "legend-head", text: title }));
+        for (const e of shown) list.appendChild(legendItem(e, present[e.key]));
+        continue;
+      }
+      list.appendChild(el("li", { cls: "legend-head", text: title }));
+      for (const e of entries) {
+        let amount = null;
+        if (group === "kind") amount = byKind[e.key] || 0;
+        if (group === "space" && e.key === "free" && image) amount = image.summary.bytes_free;
+        list.appendChild(legendItem(e, amount));
+      }
+    }
+  }
+
+  function legendItem(entry, amount) {
+    const li = el("li", { data: { key: entry.key } });
+    const swatch = el("span", { cls: "swatch" });
+    swatch.style.background = /^#[0-9a-f]{6}$/i.test(entry.colour) ? entry.colour : "transparent";
+    li.appendChild(swatch);
+    li.appendChild(el("span", { cls: "legend-label", text: entry.label }));
+    if (amount !== null && amount !== undefined) {
+      li.appendChild(el("span", { cls: "legend-amount", text: formatBytes(amount) }));
+    }
+    if (amount === 0) li.classList.add("absent");
+    return li;
+  }
+
+  async function causeGc() {
+    const id = state.shown;
+    if (!id) return;
+    const button = $("gc");
+    button.disabled = true;
+    button.classList.add("busy");
+    state.gcRunning = true;
+    setText($("heap-status"), "GC running; waiting for the heap dump…");
+    try {
+      const body = await apiJson(vmPath(id) + "/heap/dump", { method: "POST" });
+      if (state.shown !== id) return;
+      state.heapImages = body.images || [];
+      if (state.heapImages.length) {
+        await loadHeapPicture(id);
+        setText($("heap-status"), `GC + heap dump at ${clock(new Date())}`);
+      } else {
+        setText($("heap-status"), "GC done; the VM sent no heap segments");
+      }
+    } catch (err) {
+      if (state.shown !== id) return;
+      if (err.status === 501 || err.status === 504) {
+        // No heap segments from this VM: a plain GC may still work.
+        try {
+          await apiJson(vmPath(id) + "/gc", { method: "POST" });
+          setText($("heap-status"), `GC requested at ${clock(new Date())} (no heap segments from this VM)`);
+        } catch (gcErr) {
+          setText($("heap-status"), `GC failed: ${gcErr.message}`);
+        }
+      } else {
+        setText($("heap-status"), `GC failed: ${err.message}`);
+      }
+    } finally {
+      state.gcRunning = false;
+      button.classList.remove("busy");
+      button.disabled = false;
+      updateShownVm();
+      queueRefresh();
+    }
+  }
+
+  // ------------------------------------------------------------------------------ start
+
+  async function loadVersion() {
+    try {
+      const health = await apiJson("/health");
+      setText($("version"), health.version ? `v${health.version}` : "");
+    } catch (_) {
+      /* shown by the VM list refresh */
+    }
+  }
+
+  function init() {
+    state.token = readToken();
+    $("detail-close").addEventListener("click", () => {
+      closeVm();
+      renderVms();
+    });
+    $("stack-close").addEventListener("click", closeStack);
+    $("gc").addEventListener("click", causeGc);
+    $("token-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      state.token = $("token-input").value.trim();
+      try {
+        sessionStorage.setItem(TOKEN_KEY, state.token);
+      } catch (_) { /* private mode */ }
+      $("token-input").value = "";
+      banner("");
+      loadVersion();
+      queueRefresh();
+      if (state.shown) {
+        const id = state.shown;
+        state.shown = null;
+        openVm(id);
+      }
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (document.hidden) {
+        stopThreads();
+        show($("threads-live"), false);
+      } else if (state.shown) {
+        startThreads();
+      }
+    });
+    loadVersion();
+    startEvents();
+    refreshVms().then(() => {
+      const wanted = hashParams().get("vm");
+      if (wanted && state.vms.some((vm) => vm.id === wanted)) openVm(wanted);
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", init);
+  } else {
+    init();
+  }
+})();
