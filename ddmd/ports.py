@@ -58,11 +58,22 @@ class PortBook:
         except (ValueError, KeyError, TypeError) as exc:
             self.problems.append(f"ignoring corrupt state file {path}: {exc}")
             return
+        ignored: list[str] = []
         for key, port in entries.items():
             if isinstance(key, str) and type(port) is int and port in self._ports:
                 self._assigned[key] = port
             else:
-                self.problems.append(f"ignoring entry {key!r}: {port!r} in {path}")
+                ignored.append(f"{key!r}: {port!r}")
+        if ignored:
+            # One line, not one per entry: after [debugger] ports changed, every old entry
+            # is outside the range, and hundreds of warnings would drown the log.
+            shown = ", ".join(ignored[:3]) + (
+                f", ... ({len(ignored)} in all)" if len(ignored) > 3 else ""
+            )
+            self.problems.append(
+                f"ignoring {len(ignored)} entries of {path} that are not ports in "
+                f"[debugger] ports {self._ports}: {shown}"
+            )
 
     def get(self, key: str) -> int | None:
         return self._assigned.get(key)
