@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import random
 import re
 import select
@@ -68,6 +67,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import IO
+
+from children import Child
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -89,84 +90,6 @@ REPLY_HEADER = struct.Struct(">IIBH")
 
 # --------------------------------------------------------------------------------------------
 # Child processes
-
-
-class Child:
-    """A child process; threads drain its stdout into a queue of lines and keep its stderr tail."""
-
-    def __init__(self, name: str, argv: Sequence[str], *, stdout: IO[str] | None = None) -> None:
-        self.name = name
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.stderr: list[str] = []
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=stdout if stdout is not None else subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
-        if stdout is None:
-            threads.append(threading.Thread(target=self._drain_stdout, daemon=True))
-        for t in threads:
-            t.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _drain_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line.rstrip("\n"))
-            del self.stderr[:-50]
-
-    def wait_line(self, pattern: str, timeout: float) -> re.Match[str]:
-        """The first stdout line matching the regex ``pattern``."""
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while True:
-            self.check_alive()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{self.name}: no line matching {pattern!r} in {timeout:g} s")
-            with contextlib.suppress(queue.Empty):
-                match = regex.search(self.lines.get(timeout=min(left, 0.2)))
-                if match:
-                    return match
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def check_alive(self) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            tail = "\n".join(self.stderr[-15:])
-            raise RuntimeError(f"{self.name} exited with code {code}:\n{tail}")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 8 s (ddmd's shutdown grace is 5 s)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(8)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
 
 
 class Children:
@@ -268,7 +191,7 @@ def start_jvm(children: Children, name: str, port: int, classes: Path) -> Jvm:
     agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{port}"
     argv = ["java", agent, "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), "Target"]
     child = children.start(name, argv)
-    child.wait_line(rf"Listening for transport dt_socket at address: {port}\b", 20)
+    child.wait_match(rf"Listening for transport dt_socket at address: {port}\b", 20)
     return Jvm(name, port, child)
 
 
@@ -283,11 +206,11 @@ class RoundTripClient:
 
     def __init__(self, children: Children, classes: Path) -> None:
         self.child = children.start("RoundTrip", ["java", "-cp", str(classes), "RoundTrip"])
-        self.child.wait_line(r"^READY$", 20)
+        self.child.wait_match(r"^READY$", 20)
 
     def measure(self, port: int, warmup: int, count: int) -> Session:
         self.child.send(f"{HOST} {port} {warmup} {count}")
-        line = self.child.wait_line(r"^(RT|ERR) ", 60).string
+        line = self.child.wait_match(r"^(RT|ERR) ", 60)[1].string
         if line.startswith("ERR"):
             raise RuntimeError(f"RoundTrip on port {port}: {line}")
         fields = line.split()
@@ -333,7 +256,7 @@ def relay_main(listen_port: int, target_port: int) -> None:
 def start_relay(children: Children, listen_port: int, target_port: int) -> Child:
     argv = [sys.executable, str(Path(__file__).resolve()), "--relay", str(listen_port)]
     child = children.start("trio relay", [*argv, str(target_port)])
-    child.wait_line(r"^ready$", 20)
+    child.wait_match(r"^ready$", 20)
     return child
 
 
@@ -677,7 +600,7 @@ def big_packet_phase(children: Children, work: Path, ports: Ports) -> list[BigRe
     fake = children.start("fake VM", [sys.executable, str(Path(__file__).resolve()), "--fake-vm"])
     results: list[BigResult] = []
     try:
-        fake_port = int(fake.wait_line(r"^listening (\d+)$", 20).group(1))
+        fake_port = int(fake.wait_match(r"^listening (\d+)$", 20)[1].group(1))
         variants: list[tuple[str, int | None]] = [("default config", None)]
         variants.append((f"queue_packets = {BIG_QUEUE}", BIG_QUEUE))
         for i, (label, queue_packets) in enumerate(variants):

@@ -28,26 +28,23 @@ PASS/MISS; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import queue
 import random
 import shutil
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+
+from children import Child
 
 CPU_TARGET = 0.5  # fraction of one core
 RSS_TARGET_MB = 300.0
@@ -68,83 +65,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # --------------------------------------------------------------------------------------------
 # Child processes
-
-
-class Child:
-    """A child process; a thread drains its stdout into a queue of (time.time(), line)."""
-
-    def __init__(self, name: str, argv: Sequence[str], *, stdout: IO[str] | None = None) -> None:
-        self.name = name
-        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=stdout if stdout is not None else subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.stderr: list[str] = []
-        self._threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
-        if stdout is None:
-            self._threads.append(threading.Thread(target=self._drain_stdout, daemon=True))
-        for t in self._threads:
-            t.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _drain_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put((time.time(), line.rstrip("\n")))
-
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line.rstrip("\n"))
-            del self.stderr[:-50]
-
-    def wait_line(self, needle: str, timeout: float) -> tuple[float, str]:
-        """The first stdout line containing ``needle`` and when it was read."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check_alive()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{self.name}: no line with {needle!r} within {timeout:g} s")
-            with contextlib.suppress(queue.Empty):
-                stamp, line = self.lines.get(timeout=min(left, 0.2))
-                if needle in line:
-                    return stamp, line
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def check_alive(self) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            tail = "\n".join(self.stderr[-15:])
-            raise RuntimeError(f"{self.name} exited with code {code}:\n{tail}")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 8 s."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(8)  # ddmd's shutdown_grace is 5 s
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -342,7 +262,7 @@ def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
 def sim_stats(host: Child) -> dict[int, tuple[int, int]]:
     """port -> (DDM requests received, connections accepted), from the sims' own counters."""
     host.send("stats")
-    _, line = host.wait_line('{"stats"', 30)
+    line = host.wait_match(r'\{"stats"', 30)[1].string
     return {int(p): (req, acc) for p, req, acc in json.loads(line)["stats"]}
 
 
@@ -382,7 +302,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             [sys.executable, str(Path(__file__).resolve()), "--sim-host", str(base), str(n)],
         )
         children.append(host)
-        host.wait_line('{"ready"', 60 + n * 0.2)
+        host.wait_match(r'\{"ready"', 60 + n * 0.2)
         argv = [
             sys.executable,
             "-m",
@@ -446,7 +366,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                 ],
             )
             children.append(sim)
-            listening, _ = sim.wait_line("listening", 60)  # sim.listening, the first line
+            listening, _ = sim.wait_match("listening", 60)  # sim.listening, the first line
             hello = tail.wait("vm.hello", f"tcp:{port}", args.interval * 3 + 30, ddmd)
             found = tail.seen[("vm.found", f"tcp:{port}")]
             result.latencies.append(hello - listening)

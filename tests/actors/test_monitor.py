@@ -28,25 +28,11 @@ from tests.actors.rawpeers import (
     monitor,
     wait_until,
 )
+from tests.contract import CLIENT_KEYS
 
 CAP = 15  # seconds: absolute cap on every test
 
-REQUIRED_KEYS = {
-    "id",
-    "source",
-    "address",
-    "pid",
-    "app",
-    "package",
-    "vm_ident",
-    "ddm",
-    "features",
-    "waiting_for_debugger",
-    "threads",
-    "debugger_port",
-    "debugger",
-    "current",
-}
+REQUIRED_KEYS = CLIENT_KEYS
 
 FORMATS = [pytest.param(False, id="shipped"), pytest.param(True, id="draft")]
 

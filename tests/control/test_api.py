@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from ddmd import __version__
 from ddmd.control import create_app, serve
 from ddmd.errors import DdmFailed, RequestTimedOut, VmGone, VmRequestError
+from tests.contract import CLIENT_KEYS
 
 from .fakes import (
     HPSG_BY_KIND,
@@ -67,23 +68,7 @@ async def test_vms_lists_every_snapshot(client, vms):
     body = r.json()
     assert body == [vm.snap.to_json() for vm in vms.values()]
     app = next(v for v in body if v["id"] == "emulator-5554/1234")
-    for key in (
-        "id",
-        "source",
-        "address",
-        "pid",
-        "app",
-        "package",
-        "vm_ident",
-        "ddm",
-        "features",
-        "waiting_for_debugger",
-        "threads",
-        "debugger_port",
-        "debugger",
-        "current",
-    ):
-        assert key in app
+    assert set(app) >= CLIENT_KEYS
     assert app["threads"] == 3
     assert app["current"] is True
 

@@ -6,8 +6,6 @@ for the text it should produce under a deadline, then send the next.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from functools import partial
 
@@ -16,21 +14,11 @@ import trio
 
 from ddmd.protocol.jdwp import HANDSHAKE
 from ddmd.sim import SimConfig, SimVm
+from tests.e2e.conftest import require_tool
 
 pytestmark = pytest.mark.jvm
 
 CAP = 30  # seconds for a whole session; an attach takes about 1 s
-
-
-def require_tool(name: str) -> str:
-    """Path of ``name``; skip when missing, but fail in CI (CI=true) where the JDK is required."""
-    path = shutil.which(name)
-    if path is None:
-        reason = f"{name!r} is not on PATH (install a JDK 17 to run the jvm tests)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it")
-        pytest.skip(reason)
-    return path
 
 
 @pytest.fixture
