@@ -1,16 +1,19 @@
 """The `ddmd` command line: argv -> Config -> daemon.run(), or (later) httpx calls to the control
 API.
 
-Layer: the top; imports config, errors, logs, and the daemon lazily inside `ddmd run`. No protocol
-code.
+Layer: the top; imports config, errors, logs, instance (the "already running" check), and the
+daemon lazily inside `ddmd run`. No protocol code.
 Errors become one line on stderr and an exit code:
 
     0  success
     1  failure while running (a port in use, a VM or daemon problem), or the daemon is not available
-    2  bad configuration, or a usage error (click's own code for those)
+    2  bad configuration (every problem of the file is listed, one a line), or a usage error
+       (click's own code for those)
+    4  `run`/`demo`: a ddmd is already running for this control address (`ddmd.instance`);
+       nothing was started
 
 Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
-stack, select, devices, events) and the sim/demo tools are added the same way.
+stack, select, ports, devices, events) and the sim/demo tools are added the same way.
 """
 
 from __future__ import annotations
@@ -18,20 +21,22 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from ddmd import __version__
+from ddmd import __version__, instance
 from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
 from ddmd.errors import ConfigError, DdmdError
 from ddmd.logs import FORMATS, Event, configure, get_logger
 
-__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
+__all__ = ["EXIT_ALREADY_RUNNING", "EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+EXIT_ALREADY_RUNNING = 4
 
 _CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
@@ -46,6 +51,18 @@ def _fail(command: str, message: object, code: int) -> NoReturn:
     """Print "ddmd COMMAND: message" on stderr and leave with `code`."""
     click.echo(f"ddmd {command}: {_one_line(str(message))}", err=True)
     raise click.exceptions.Exit(code)
+
+
+def _fail_config(command: str, err: ConfigError) -> NoReturn:
+    """Every problem of a config, one a line ("ddmd COMMAND: FILE: [key] = value: ..."), then
+    how many there were when there are several; exit 2."""
+    problems = err.problems
+    for problem in problems:
+        click.echo(f"ddmd {command}: {_one_line(str(problem))}", err=True)
+    if len(problems) > 1:
+        where = f" in {err.path}" if err.path else ""
+        click.echo(f"ddmd {command}: {len(problems)} problems{where}", err=True)
+    raise click.exceptions.Exit(EXIT_CONFIG)
 
 
 def _address(host: str, port: int) -> str:
@@ -69,7 +86,29 @@ def _summary(config: Config) -> Iterator[str]:
         yield f"adb:         {adb.enabled}, server {_address(adb.host, adb.port)}"
 
 
-@click.group(context_settings=_CONTEXT_SETTINGS)
+_WHOLE = 1_000  # a summary length limit no summary reaches: never cut
+
+
+class _Group(click.Group):
+    """A group whose command list shows each command's summary whole.
+
+    click cuts a summary taken from the docstring at about 45 characters ("..."); here a
+    command's `short_help`, or else the first sentence of its docstring, is shown as it is
+    (wrapped if it is long). Commands keep their summaries short.
+    """
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=_WHOLE)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings=_CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name="ddmd", message="%(prog)s %(version)s")
 def main() -> None:
     """ddmd: a debug monitor for Java and Android VMs.
@@ -79,20 +118,24 @@ def main() -> None:
     """
 
 
-@main.command("check-config")
+@main.command("check-config", short_help="Check a config file and show the ports it sets.")
 @click.argument("file", type=click.Path(path_type=str))
 def check_config(file: str) -> None:
-    """Check a config FILE and show the ports it sets."""
+    """Check a config FILE and show the ports it sets.
+
+    Every problem of the file is listed, one a line, with the key, the value and what is
+    wrong (exit 2).
+    """
     try:
         config = load_config(file, env=os.environ)
     except ConfigError as err:
-        _fail("check-config", err, EXIT_CONFIG)
+        _fail_config("check-config", err)
     click.echo(f"{file}: ok")
     for line in _summary(config):
         click.echo(f"  {line}")
 
 
-@main.command("run")
+@main.command("run", short_help="Run the daemon in the foreground until Ctrl-C or SIGTERM.")
 @click.option(
     "--config",
     "config_file",
@@ -114,7 +157,10 @@ def check_config(file: str) -> None:
     help="Minimum log level; overrides [log] level.",
 )
 def run(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
-    """Run the daemon in the foreground until SIGINT or SIGTERM."""
+    """Run the daemon in the foreground until SIGINT or SIGTERM.
+
+    Exits 4 without starting anything when a ddmd already runs for the same control address.
+    """
     _serve("run", config_file, log_format, log_level, "ddmd.daemon", "run")
 
 
@@ -126,7 +172,8 @@ def _serve(
     module: str,
     entry: str,
 ) -> None:
-    """Resolve the config, configure logs, and run ``module.entry(config)`` under trio."""
+    """Resolve the config; make sure no other ddmd serves its control address (the claim is
+    held until the daemon ends); then configure logs and run ``module.entry(config)``."""
     env = os.environ
     try:
         path = find_config_file(config_file, env)
@@ -138,8 +185,33 @@ def _serve(
             click.echo(f"ddmd {command}: using config file {path}", err=True)
         config = load_config(path, env=env)
     except ConfigError as err:
-        _fail(command, err, EXIT_CONFIG)
+        _fail_config(command, err)
 
+    # Before any port is bound or any simulated VM started: is a ddmd already running?
+    try:
+        claim = instance.claim(config, env)
+    except instance.AlreadyRunning as err:
+        _fail(command, err, EXIT_ALREADY_RUNNING)
+    if claim.problem is not None:
+        click.echo(
+            f"ddmd {command}: {claim.problem}; only the control address was checked for "
+            "another ddmd",
+            err=True,
+        )
+    with claim:
+        _start(command, config, path, log_format, log_level, module, entry)
+
+
+def _start(
+    command: str,
+    config: Config,
+    path: Path | None,
+    log_format: str | None,
+    log_level: str | None,
+    module: str,
+    entry: str,
+) -> None:
+    """Configure logs and run ``module.entry(config)`` under trio; errors become exit codes."""
     configure(fmt=log_format or config.log.format, level=(log_level or config.log.level).lower())
     if path is None:
         log.info(Event.CONFIG_DEFAULTS_USED)
@@ -168,7 +240,7 @@ def _serve(
         raise click.exceptions.Exit(code) from None
 
 
-@main.command("demo")
+@main.command("demo", short_help="Run the daemon with three simulated VMs, no device needed.")
 @click.option(
     "--config",
     "config_file",
@@ -185,7 +257,10 @@ def _serve(
     help="As for 'run'.",
 )
 def demo(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
-    """Run the daemon with three simulated VMs (no device needed) until Ctrl-C."""
+    """Run the daemon with three simulated VMs (no device needed) until Ctrl-C.
+
+    Exits 4 without starting anything when a ddmd already runs for the same control address.
+    """
     _serve("demo", config_file, log_format, log_level, "ddmd.demo", "run_demo")
 
 

@@ -1,5 +1,6 @@
-"""Client commands of the `ddmd` CLI: clients, devices, threads, heap, gc, stack, events, over
-the control API.
+"""Client commands of the `ddmd` CLI: clients, devices, threads, heap, gc, stack, ports,
+events, over the control API (`ports` reads and edits the port book file itself when no daemon
+answers).
 
 Layer: beside `cli` (which registers `COMMANDS` on its group); imports config and errors, and
 httpx/trio lazily so that `ddmd --version` stays light. No protocol code: everything comes from
@@ -11,7 +12,8 @@ device). `--json` prints the API's JSON unchanged. Exit codes:
 
     0  success (also Ctrl-C during --watch or `events`, and the daemon stopping during `events`)
     1  the API answered with an error (VM gone, feature unsupported, timeout, bad token, ...)
-    2  unknown or ambiguous TARGET (the line lists the candidates); bad config or usage
+    2  unknown or ambiguous TARGET, THREAD or APP (the candidates follow, one per line); bad
+       config or usage
     3  no daemon is answering at the control address
 
 Test seam: `make_transport()` returns the httpx transport every command uses (None = the
@@ -51,6 +53,7 @@ __all__ = [
     "gc",
     "heap",
     "make_transport",
+    "ports",
     "stack",
     "threads",
 ]
@@ -85,17 +88,29 @@ def make_transport() -> httpx.AsyncBaseTransport | None:
 
 
 class _Failure(Exception):
-    """Ends a command with one line on stderr and an exit code."""
+    """Ends a command with one line on stderr (then `details`, one per line) and an exit code."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, details: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.details = tuple(details)
 
 
-def _fail(command: str, message: str, code: int) -> NoReturn:
+def _fail(command: str, message: str, code: int, details: Sequence[str] = ()) -> NoReturn:
     click.echo(f"ddmd {command}: {' '.join(message.split())}", err=True)
+    for detail in details:
+        click.echo(f"  {' '.join(detail.split())}", err=True)
     raise click.exceptions.Exit(code)
+
+
+def _no_candidates(body: dict[str, Any]) -> str:
+    """What an empty candidate list means, for the error that came with it."""
+    if "thread" in body:
+        return "the VM has reported no threads"
+    if "app" in body:
+        return "no debugger ports are remembered"
+    return "no VMs are known to the daemon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +215,11 @@ class _Api:
         error = body.get("error") if isinstance(body, dict) else None
         message = str(error) if error else f"HTTP {response.status_code}"
         if response.status_code in (404, 409) and isinstance(body, dict) and "candidates" in body:
-            candidates = body["candidates"] or []
-            if candidates:
-                message += f" (candidates: {', '.join(map(str, candidates))})"
-            else:
-                message += " (no VMs are known to the daemon)"
-            raise _Failure(message, EXIT_TARGET)
+            candidates = [str(c) for c in body["candidates"] or []]
+            if not candidates:
+                raise _Failure(f"{message} ({_no_candidates(body)})", EXIT_TARGET)
+            message += ":" if response.status_code == 409 else "; candidates:"
+            raise _Failure(message, EXIT_TARGET, candidates)
         if response.status_code == 401:
             message += " (set [control] token in the config file, or pass --config)"
         raise _Failure(message, EXIT_API_ERROR)
@@ -232,7 +246,7 @@ def _run(command: str, target: _Target, work: Callable[[_Api], Awaitable[T]]) ->
     try:
         return trio.run(main)
     except _Failure as failure:
-        _fail(command, failure.message, failure.code)
+        _fail(command, failure.message, failure.code, failure.details)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,15 +299,29 @@ def _vm_name(vm: dict[str, Any]) -> str | None:
 
 
 def _vm_label(vm: dict[str, Any]) -> str:
-    name = vm.get("app") or _vm_name(vm) or "?"
-    return f"{vm['id']} (pid {vm.get('pid') if vm.get('pid') is not None else '?'}, {name})"
+    """The VM's name (package/app, a plain JVM's main class or "JVM pid N"), id and pid."""
+    name = vm.get("name") or vm.get("app") or vm.get("package") or vm["id"]
+    pid = vm.get("pid")
+    if name == vm["id"]:
+        return f"{name} (pid {pid if pid is not None else '?'})"
+    return f"{name} ({vm['id']}, pid {pid if pid is not None else '?'})"
 
 
 def _app_column(vm: dict[str, Any]) -> str | None:
     app, package = vm.get("app"), vm.get("package")
     if app and package and package != app:
         return f"{app} [{package}]"
-    return app or package
+    return app or package or (vm.get("name") if vm.get("name") != vm.get("id") else None)
+
+
+def _missing(vm: dict[str, Any], feature: str) -> str | None:
+    """The daemon's sentence saying why this VM lacks ``feature`` (None: it has it)."""
+    missing = vm.get("missing") or {}
+    if feature in missing:
+        return str(missing[feature])
+    if vm.get("ddm") is False:
+        return f"{vm.get('name') or vm['id']} does not speak DDM (a plain JVM has none)"
+    return None
 
 
 def format_clients(vms: list[dict[str, Any]]) -> str:
@@ -332,7 +360,8 @@ def format_threads(body: dict[str, Any]) -> str:
     vm, threads = body["vm"], body.get("threads")
     head = f"threads of VM {_vm_label(vm)}"
     if threads is None:
-        return f"{head}: not available (the VM does not report its threads)"
+        why = _missing(vm, "THST") or _missing(vm, "THEN") or "the VM has reported no threads yet"
+        return f"{head}: not available: {why}"
     rows = [
         (
             t["id"],
@@ -347,7 +376,8 @@ def format_threads(body: dict[str, Any]) -> str:
     ]
     lines = [f"{head}:", _table(("ID", "TID", "STATE", "UTIME", "STIME", "DAEMON", "NAME"), rows)]
     if not body.get("supported", True):
-        lines.append("(thread states are not available: the VM does not answer THST)")
+        why = _missing(vm, "THST") or "the VM does not report thread states"
+        lines.append(f"(thread names only: {why})")
     return "\n".join(lines)
 
 
@@ -363,12 +393,21 @@ def format_heap(body: dict[str, Any]) -> str:
     heaps = body.get("heaps") or []
     images = body.get("images") or []
     if not heaps and not images:
-        if vm.get("ddm") is False:
-            lines.append("not available (the VM does not speak DDM)")
+        why = _missing(vm, "HPIF")
+        if why is not None:
+            lines.append(f"not available: {why}")
         else:
-            lines.append(
-                "no heap information yet (try 'ddmd gc TARGET', or 'ddmd heap TARGET --segments')"
-            )
+            # Suggest only what can work for this VM.
+            tries = [
+                command
+                for feature, command in (
+                    ("HPGC", "ddmd gc TARGET"),
+                    ("HPSG", "ddmd heap TARGET --segments"),
+                )
+                if _missing(vm, feature) is None
+            ]
+            hint = f" (try {' or '.join(repr(t) for t in tries)})" if tries else ""
+            lines.append(f"no heap information yet{hint}")
         return "\n".join(lines)
     if heaps:
         rows = [
@@ -429,7 +468,9 @@ def format_frame(frame: dict[str, Any]) -> str:
 
 def format_stack(body: dict[str, Any]) -> str:
     frames = body.get("frames") or []
-    lines = [f"thread {body['thread_id']} of VM {_vm_label(body['vm'])}:"]
+    name = body.get("thread_name")
+    thread = f"{body['thread_id']} ({name})" if name else str(body["thread_id"])
+    lines = [f"thread {thread} of VM {_vm_label(body['vm'])}:"]
     lines.extend(format_frame(f) for f in frames)
     if not frames:
         lines.append("  (no frames)")
@@ -476,7 +517,7 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print the A
 _target_argument = click.argument("target")
 
 
-@click.command("clients")
+@click.command("clients", short_help="List the VMs the daemon knows, with their debugger ports.")
 @_json_option
 @_client_options
 def clients(
@@ -497,7 +538,7 @@ def clients(
         click.echo(format_clients(vms))
 
 
-@click.command("devices")
+@click.command("devices", short_help="List the Android devices and emulators seen through adb.")
 @_json_option
 @_client_options
 def devices(
@@ -506,16 +547,33 @@ def devices(
     """List the Android devices and emulators the daemon sees through adb."""
     target = _target("devices", config_file, control, None)
 
-    async def work(api: _Api) -> Any:
-        return await api.call("GET", f"{API}/devices")
+    async def work(api: _Api) -> tuple[Any, Any]:
+        found = await api.call("GET", f"{API}/devices")
+        # No devices: the health answer tells whether adb is turned off, and where.
+        health = None if found or as_json else await api.call("GET", f"{API}/health")
+        return found, health
 
-    listed = _run("devices", target, work)
+    listed, health = _run("devices", target, work)
     if device:
         listed = [d for d in listed if d.get("serial") == device]
     if as_json:
         _print_json(listed)
-    else:
-        click.echo(format_devices(listed))
+        return
+    off = None if listed else _adb_off_message(health)
+    click.echo(off if off is not None else format_devices(listed))
+
+
+def _adb_off_message(health: Any) -> str | None:
+    """What to say when the daemon's health answer reports ``adb: {"enabled": "off", ...}``."""
+    adb = health.get("adb") if isinstance(health, dict) else None
+    if not isinstance(adb, dict) or adb.get("enabled") != "off":
+        return None
+    source = adb.get("config")
+    where = f" in {source}" if source else ""
+    return (
+        f'adb is turned off: [adb] enabled = "off"{where}; set it to "auto" (or "on") and '
+        "restart the daemon to list Android devices"
+    )
 
 
 def _is_tty() -> bool:
@@ -525,7 +583,7 @@ def _is_tty() -> bool:
         return False
 
 
-@click.command("threads")
+@click.command("threads", short_help="Show a VM's threads and their states (--watch: live).")
 @_target_argument
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option(
@@ -560,8 +618,12 @@ def threads(
         if watch and tty:
             stamp = time.strftime("%H:%M:%S")
             click.echo(f"\x1b[H\x1b[2Jevery {interval:g} s, {stamp}  (Ctrl-C to stop)\n{text}")
+        elif watch:
+            # A pipe or a file: no terminal codes; a time line before each table instead.
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            click.echo(("\n" if frame else "") + f"--- {stamp} ---\n{text}")
         else:
-            click.echo(("\n" if frame else "") + text)
+            click.echo(text)
 
     async def work(api: _Api) -> None:
         import trio
@@ -583,7 +645,7 @@ def threads(
         raise click.exceptions.Exit(EXIT_OK) from None
 
 
-@click.command("heap")
+@click.command("heap", short_help="Show a VM's heap sizes and heap segment summaries.")
 @_target_argument
 @click.option(
     "--segments",
@@ -618,7 +680,7 @@ def heap(
         click.echo(format_heap(body))
 
 
-@click.command("gc")
+@click.command("gc", short_help="Ask a VM to run a garbage collection.")
 @_target_argument
 @_json_option
 @_client_options
@@ -634,11 +696,24 @@ def gc(
     body = _run("gc", where, work)
     if as_json:
         _print_json(body)
-    else:
-        click.echo(f"GC requested on VM {_vm_label(body['vm'])}")
+        return
+    label = _vm_label(body["vm"])
+    if not body.get("confirmed"):
+        note = body.get("note") or "the VM gave no confirmation"
+        click.echo(f"GC requested on {label}; {note}")
+        return
+    line = f"GC done on {label}"
+    heaps = body.get("heaps") or []
+    if heaps:
+        line += ": " + ", ".join(
+            f"heap {h['heap_id']} {_size(h.get('bytes_allocated'))} allocated of "
+            f"{_size(h.get('size'))}"
+            for h in heaps
+        )
+    click.echo(line)
 
 
-@click.command("select")
+@click.command("select", short_help="Make a VM current: debuggers on port 8700 reach it.")
 @_target_argument
 @_json_option
 @_client_options
@@ -663,30 +738,174 @@ def select(
         click.echo(f"current VM: {_vm_label(body['vm'])}{extra}")
 
 
-@click.command("stack")
+@click.command("stack", short_help="Show the stack trace of one thread of a VM.")
 @_target_argument
-@click.argument("thread", type=click.IntRange(min=0))
+@click.argument("thread")
 @_json_option
 @_client_options
 def stack(
     target: str,
-    thread: int,
+    thread: str,
     as_json: bool,
     config_file: str | None,
     control: str | None,
     device: str | None,
 ) -> None:
-    """Show the stack trace of THREAD (a thread id from 'ddmd threads') in the VM TARGET."""
+    """Show the stack trace of THREAD (a thread id or name from 'ddmd threads') in the VM
+    TARGET. A name may be a unique part of one ('ddmd stack mail main')."""
     where = _target("stack", config_file, control, device)
 
     async def work(api: _Api) -> Any:
-        return await api.call("GET", api.vm_path(target, f"/threads/{thread}/stack"))
+        return await api.call(
+            "GET", api.vm_path(target, f"/threads/{quote(thread, safe='')}/stack")
+        )
 
     body = _run("stack", where, work)
     if as_json:
         _print_json(body)
     else:
         click.echo(format_stack(body))
+
+
+# --------------------------------------------------------------------------------------------------
+# ddmd ports: the debugger port each app gets, kept in the state file (GET/DELETE /api/v1/ports)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return f"{days} day{'s' if days != 1 else ''} ago"
+
+
+def format_ports(body: dict[str, Any], *, now: float | None = None, note: str = "") -> str:
+    """The port book as a table (by port); ``note`` says where it was read from."""
+    from ddmd.ports import parse_time
+
+    now = time.time() if now is None else now
+    path = body.get("path")
+    head = f"debugger ports remembered in {path}" if path else "debugger ports remembered"
+    head += f" {note}" if note else ""
+    entries = sorted(body.get("ports") or [], key=lambda e: (e.get("port") or 0, e.get("key")))
+    if not entries:
+        return f"{head}: none"
+    rows = []
+    for e in entries:
+        seen = e.get("last_seen")
+        when = parse_time(seen)
+        shown = seen if when is None else f"{seen} ({_age(max(0.0, now - when))})"
+        in_use = f"yes ({e['vm']})" if e.get("in_use") and e.get("vm") else _yes(e.get("in_use"))
+        rows.append((e.get("app"), e.get("device"), e.get("port"), shown, in_use))
+    return "\n".join([f"{head}:", _table(("APP", "DEVICE", "PORT", "LAST SEEN", "IN USE"), rows)])
+
+
+def _forgotten_line(entry: dict[str, Any]) -> str:
+    return (
+        f"forgot debugger port {entry.get('port')} of {entry.get('app')} "
+        f"({entry.get('device')}); the app gets a port again when its VM is next seen"
+    )
+
+
+def _ports_from_file(
+    config_file: str | None, forget: str | None, device: str | None, as_json: bool, base: str
+) -> None:
+    """`ddmd ports` without a daemon: the state file is read, and edited for --forget, here
+    (atomically, as the daemon writes it). No VM is connected through ddmd then."""
+    from ddmd.config import PortRange
+    from ddmd.errors import TargetError
+    from ddmd.ports import PortBook
+
+    try:
+        config = load_config(find_config_file(config_file, os.environ), env=os.environ)
+    except ConfigError as err:
+        _fail("ports", str(err), EXIT_CONFIG)
+    path = config.debugger.state_file
+    # Every port, not only [debugger] ports: an edit here must not drop entries of another range.
+    book = PortBook(path, PortRange(1, 65535))
+    for problem in book.problems:
+        click.echo(f"ddmd ports: {problem}", err=True)
+    note = f"(no daemon answers at {base}: read from the file)"
+    if forget is None:
+        entries = [e for e in book.entries() if device is None or e.device == device]
+        body: dict[str, Any] = {
+            "path": str(path),
+            "ports": [e.to_json(in_use=False) for e in entries],
+        }
+        if as_json:
+            _print_json(body)
+        else:
+            click.echo(format_ports(body, note=note))
+        return
+    try:
+        entry = book.resolve(forget, device=device)
+    except TargetError as exc:
+        if not exc.candidates:
+            _fail("ports", f"{exc.message} (no debugger ports are remembered)", EXIT_TARGET)
+        suffix = ":" if exc.ambiguous else "; candidates:"
+        _fail("ports", exc.message + suffix, EXIT_TARGET, exc.candidates)
+    book.forget(entry.key)
+    try:
+        book.save()
+    except OSError as exc:
+        _fail("ports", f"cannot write {path}: {exc}", EXIT_API_ERROR)
+    body = {"forgotten": entry.to_json(in_use=False)}
+    if as_json:
+        _print_json(body)
+    else:
+        click.echo(f"{_forgotten_line(body['forgotten'])} (edited {path}: no daemon is running)")
+
+
+@click.command("ports", short_help="List the remembered debugger ports, or forget one.")
+@click.option(
+    "--forget",
+    metavar="APP",
+    default=None,
+    help="Forget the port of APP (app or package name, or DEVICE|NAME as listed); refused "
+    "while its VM is connected.",
+)
+@_json_option
+@_client_options
+def ports(
+    forget: str | None,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
+) -> None:
+    """List the debugger port each app gets (kept across restarts in the state file), when
+    its VM was last seen, and whether it is connected now; or forget one app's port.
+
+    The daemon drops entries not seen for [debugger] forget_after_days by itself. When no
+    daemon answers, the state file is read (and, for --forget, edited) directly.
+    """
+    where = _target("ports", config_file, control, device)
+
+    async def work(api: _Api) -> Any:
+        try:
+            if forget is None:
+                return await api.call("GET", f"{API}/ports")
+            return await api.call("DELETE", f"{API}/ports/{quote(forget.strip(), safe='')}")
+        except _Failure as failure:
+            if failure.code == EXIT_NO_DAEMON:
+                return None
+            raise
+
+    body = _run("ports", where, work)
+    if body is None:
+        _ports_from_file(config_file, forget, device, as_json, where.base_url)
+        return
+    if forget is None and device:
+        body = {**body, "ports": [e for e in body.get("ports") or [] if e.get("device") == device]}
+    if as_json:
+        _print_json(body)
+    elif forget is None:
+        click.echo(format_ports(body))
+    else:
+        click.echo(_forgotten_line(body["forgotten"]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -845,7 +1064,7 @@ async def _tail_events(
     raise _Failure(f"the daemon at {base} closed the event stream", EXIT_API_ERROR)
 
 
-@click.command("events")
+@click.command("events", short_help="Print the daemon's events as they happen, until Ctrl-C.")
 @click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
 @_client_options
@@ -877,4 +1096,4 @@ def events(
         raise click.exceptions.Exit(EXIT_OK) from None
 
 
-COMMANDS: list[click.Command] = [clients, devices, threads, heap, gc, select, stack, events]
+COMMANDS: list[click.Command] = [clients, devices, threads, heap, gc, select, stack, ports, events]

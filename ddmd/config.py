@@ -5,8 +5,11 @@ No environment reads at import, no logging, no sockets: the environment is read 
 `load_config`/`parse_config`/`Config.default`/`find_config_file`, through an `env` mapping that
 tests can replace.
 
-Every problem is a `ConfigError` naming the file, the key and the value. `config.example.toml` at
-the repository root documents every key with its default; it loads to exactly `Config.default()`.
+Every problem is a `ConfigError` naming the file, the key and the value. A document is checked
+whole: a key with a problem takes its default so that the rest can still be checked (checks
+across keys skip keys that already have a problem, so one mistake is reported once), and
+several problems come as one `ConfigProblems` listing them all. `config.example.toml` at the
+repository root documents every key with its default; it loads to exactly `Config.default()`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
-from ddmd.errors import ConfigError, format_key
+from ddmd.errors import ConfigError, ConfigProblems, format_key
 
 __all__ = [
     "AdbConfig",
@@ -84,6 +87,7 @@ _DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "state_file": "",
                 "queue_packets": 1024,
                 "relay_chunk_bytes": 1024 * 1024,
+                "forget_after_days": 30,
             }
         ),
         "control": MappingProxyType({"host": "127.0.0.1", "port": 8710, "token": ""}),
@@ -248,6 +252,7 @@ class DebuggerConfig:
     state_file: Path
     queue_packets: int
     relay_chunk_bytes: int
+    forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,14 +363,25 @@ def _suggest(name: str, allowed: tuple[str, ...]) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-class _Section:
-    """One [section] of the file, with its defaults, turned into checked Python values."""
+_T = TypeVar("_T")
 
-    def __init__(self, name: str, table: Mapping[str, object], source: str) -> None:
+
+class _Section:
+    """One [section] of the file, with its defaults, turned into checked Python values.
+
+    The readers (`boolean`, `port`, ...) raise ConfigError; `get` calls one, and on a problem
+    records it in `problems` and answers the default instead, so checking goes on.
+    """
+
+    def __init__(
+        self, name: str, table: Mapping[str, object], source: str, problems: list[ConfigError]
+    ) -> None:
         self.name = name
         self.table = table
         self.source = source
         self.defaults = _DEFAULTS[name]
+        self.problems = problems
+        self._failed: set[str] = set()
 
     def check_unknown_keys(self) -> None:
         allowed = tuple(self.defaults)
@@ -373,13 +389,33 @@ class _Section:
             if key not in self.defaults:
                 hint = _suggest(key, allowed)
                 listed = ", ".join(allowed)
-                raise self.error(key, f"unknown key; {hint}keys in [{self.name}]: {listed}", value)
+                self.report(
+                    self.error(key, f"unknown key; {hint}keys in [{self.name}]: {listed}", value)
+                )
+
+    def report(self, problem: ConfigError) -> None:
+        self.problems.append(problem)
+
+    def get(self, read: Callable[..., _T], key: str, *args: Any, **kwargs: Any) -> _T:
+        """``read(key, ...)``; on a problem, record it and read the default instead."""
+        try:
+            return read(key, *args, **kwargs)
+        except ConfigError as problem:
+            self.report(problem)
+            self._failed.add(key)
+            return read(key, *args, **kwargs)
+
+    def failed(self, *keys: str) -> bool:
+        """True if any of `keys` had a problem (and so holds its default now)."""
+        return any(key in self._failed for key in keys)
 
     def is_set(self, key: str) -> bool:
         return key in self.table
 
     def raw(self, key: str) -> object:
-        return self.table[key] if key in self.table else self.defaults[key]
+        if key in self.table and key not in self._failed:
+            return self.table[key]
+        return self.defaults[key]
 
     def error(self, key: str, message: str, value: object) -> ConfigError:
         return ConfigError(message, path=self.source, key=f"{self.name}.{key}", value=value)
@@ -457,9 +493,11 @@ class _Section:
             raise self.error(key, problem, value)
         return value
 
-    def listen_host(self, key: str, security: SecurityConfig) -> str:
+    def listen_host(self, key: str, allow_non_loopback: bool | None) -> str:
+        """A host to listen on; None for `allow_non_loopback` (that key has a problem of its
+        own) skips the loopback rule rather than report a second problem."""
         value = self.host(key)
-        if not security.allow_non_loopback and not is_loopback_host(value):
+        if allow_non_loopback is False and not is_loopback_host(value):
             raise self.error(
                 key,
                 "not a loopback address: other machines could connect to it; set [security] "
@@ -496,18 +534,21 @@ def _resolve_path(raw: str, env: Mapping[str, str], base_dir: Path | None) -> Pa
 
 def _adb_port(section: _Section, env: Mapping[str, str]) -> int:
     if section.is_set("port"):
-        return section.port("port")
+        return section.get(section.port, "port")
     raw = env.get("ANDROID_ADB_SERVER_PORT", "")
     if not raw:
-        return section.port("port")
+        return section.get(section.port, "port")
     port = int(raw) if raw.isascii() and raw.isdigit() else -1
     if not _MIN_PORT <= port <= _MAX_PORT:
-        raise section.error(
-            "port",
-            "the default comes from the environment variable ANDROID_ADB_SERVER_PORT, which is "
-            "not a port number; fix the variable or set [adb] port",
-            raw,
+        section.report(
+            section.error(
+                "port",
+                "the default comes from the environment variable ANDROID_ADB_SERVER_PORT, "
+                "which is not a port number; fix the variable or set [adb] port",
+                raw,
+            )
         )
+        return DEFAULT_ADB_PORT
     return port
 
 
@@ -533,15 +574,21 @@ def parse_config(
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a table at the top level, got {_toml_type(data)}", path=source)
 
+    problems: list[ConfigError] = []
     sections = tuple(_DEFAULTS)
+    tables: dict[str, Mapping[str, object]] = {}
     for name, table in data.items():
         if name in _DEFAULTS:
-            if not isinstance(table, Mapping):
-                raise ConfigError(
-                    f"expected a [{name}] table, got {_toml_type(table)}",
-                    path=source,
-                    key=name,
-                    value=table,
+            if isinstance(table, Mapping):
+                tables[name] = table
+            else:
+                problems.append(
+                    ConfigError(
+                        f"expected a [{name}] table, got {_toml_type(table)}",
+                        path=source,
+                        key=name,
+                        value=table,
+                    )
                 )
             continue
         holders = [s for s in sections if name in _DEFAULTS[s]]
@@ -550,32 +597,39 @@ def parse_config(
             message = f"keys belong in a section; did you mean {hint}?"
         else:
             message = f"unknown section; {_suggest(name, sections)}sections: {', '.join(sections)}"
-        raise ConfigError(
-            message,
-            path=source,
-            key=name,
-            value=None if isinstance(table, Mapping) else table,
+        problems.append(
+            ConfigError(
+                message,
+                path=source,
+                key=name,
+                value=None if isinstance(table, Mapping) else table,
+            )
         )
 
-    sec = {name: _Section(name, data.get(name, {}), source) for name in sections}
+    sec = {name: _Section(name, tables.get(name, {}), source, problems) for name in sections}
     for section in sec.values():
         section.check_unknown_keys()
 
-    security = SecurityConfig(allow_non_loopback=sec["security"].boolean("allow_non_loopback"))
+    sc = sec["security"]
+    security = SecurityConfig(allow_non_loopback=sc.get(sc.boolean, "allow_non_loopback"))
+    # Unknown when that key itself is wrong: then the loopback rule is not applied at all.
+    allow_non_loopback = None if sc.failed("allow_non_loopback") else security.allow_non_loopback
 
     s = sec["scan"]
     scan = ScanConfig(
-        enabled=s.boolean("enabled"),
-        host=s.host("host"),
-        ports=s.port_range("ports"),
-        interval=s.seconds("interval"),
-        backoff_max=s.seconds("backoff_max"),
+        enabled=s.get(s.boolean, "enabled"),
+        host=s.get(s.host, "host"),
+        ports=s.get(s.port_range, "ports"),
+        interval=s.get(s.seconds, "interval"),
+        backoff_max=s.get(s.seconds, "backoff_max"),
     )
-    if scan.backoff_max < scan.interval:
-        raise s.error(
-            "backoff_max",
-            f"must not be below [scan] interval ({scan.interval:g} s)",
-            s.raw("backoff_max"),
+    if not s.failed("interval", "backoff_max") and scan.backoff_max < scan.interval:
+        s.report(
+            s.error(
+                "backoff_max",
+                f"must not be below [scan] interval ({scan.interval:g} s)",
+                s.raw("backoff_max"),
+            )
         )
 
     a = sec["adb"]
@@ -584,58 +638,59 @@ def parse_config(
     if isinstance(enabled_raw, bool):
         adb_mode: AdbMode = "on" if enabled_raw else "off"
     else:
-        adb_mode = cast("AdbMode", a.choice("enabled", ADB_MODES))
+        adb_mode = cast("AdbMode", a.get(a.choice, "enabled", ADB_MODES))
     adb = AdbConfig(
         enabled=adb_mode,
-        host=a.host("host"),
+        host=a.get(a.host, "host"),
         port=_adb_port(a, env),
-        path=a.text("path", allow_empty=False),
+        path=a.get(a.text, "path", allow_empty=False),
     )
 
     d = sec["debugger"]
-    state_raw = d.text("state_file")
+    state_raw = d.get(d.text, "state_file")
     debugger = DebuggerConfig(
-        host=d.listen_host("host", security),
-        ports=d.port_range("ports"),
-        current_port=d.port("current_port"),
-        auto_select_waiting=d.boolean("auto_select_waiting"),
+        host=d.get(d.listen_host, "host", allow_non_loopback),
+        ports=d.get(d.port_range, "ports"),
+        current_port=d.get(d.port, "current_port"),
+        auto_select_waiting=d.get(d.boolean, "auto_select_waiting"),
         state_file=(
             _resolve_path(state_raw, env, base_dir) if state_raw else _default_state_file(env)
         ),
-        queue_packets=d.integer("queue_packets", minimum=1),
-        relay_chunk_bytes=d.integer("relay_chunk_bytes", minimum=4096),
+        queue_packets=d.get(d.integer, "queue_packets", minimum=1),
+        relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
+        forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
     )
 
     c = sec["control"]
     control = ControlConfig(
-        host=c.listen_host("host", security),
-        port=c.port("port"),
-        token=c.text("token"),
+        host=c.get(c.listen_host, "host", allow_non_loopback),
+        port=c.get(c.port, "port"),
+        token=c.get(c.text, "token"),
     )
 
     m = sec["monitor"]
     monitor = MonitorConfig(
-        thread_poll_interval=m.seconds("thread_poll_interval"),
-        always_poll_threads=m.boolean("always_poll_threads"),
-        heap_info=m.boolean("heap_info"),
+        thread_poll_interval=m.get(m.seconds, "thread_poll_interval"),
+        always_poll_threads=m.get(m.boolean, "always_poll_threads"),
+        heap_info=m.get(m.boolean, "heap_info"),
     )
 
     t = sec["timeouts"]
-    timeouts = TimeoutsConfig(**{key: t.seconds(key) for key in _DEFAULTS["timeouts"]})
+    timeouts = TimeoutsConfig(**{key: t.get(t.seconds, key) for key in _DEFAULTS["timeouts"]})
 
     li = sec["limits"]
     limits = LimitsConfig(
-        max_packet_bytes=li.integer(
-            "max_packet_bytes", minimum=_JDWP_HEADER_SIZE, maximum=_JDWP_MAX_LENGTH
+        max_packet_bytes=li.get(
+            li.integer, "max_packet_bytes", minimum=_JDWP_HEADER_SIZE, maximum=_JDWP_MAX_LENGTH
         ),
-        max_inflated_bytes=li.integer("max_inflated_bytes", minimum=1),
-        max_vms=li.integer("max_vms", minimum=1),
+        max_inflated_bytes=li.get(li.integer, "max_inflated_bytes", minimum=1),
+        max_vms=li.get(li.integer, "max_vms", minimum=1),
     )
 
     lg = sec["log"]
     log = LogConfig(
-        format=cast("LogFormat", lg.choice("format", LOG_FORMATS)),
-        level=cast("LogLevel", lg.choice("level", LOG_LEVELS)),
+        format=cast("LogFormat", lg.get(lg.choice, "format", LOG_FORMATS)),
+        level=cast("LogLevel", lg.get(lg.choice, "level", LOG_LEVELS)),
     )
 
     config = Config(
@@ -651,43 +706,65 @@ def parse_config(
         source=source,
     )
     _check_ports(config, sec)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigProblems(problems)
     return config
 
 
 def _check_ports(config: Config, sec: Mapping[str, _Section]) -> None:
-    """Listening ports must not collide with each other, nor with the ports ddmd itself scans."""
+    """Listening ports must not collide with each other, nor with the ports ddmd itself scans.
+
+    Problems are reported to the sections; a rule that involves a key with a problem of its
+    own is skipped.
+    """
     dbg, ctl, scan = config.debugger, config.control, config.scan
-    if dbg.current_port in dbg.ports:
-        raise sec["debugger"].error(
-            "current_port",
-            f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
-            dbg.current_port,
+
+    def clean(*keys: str) -> bool:
+        return not any(sec[k.partition(".")[0]].failed(k.partition(".")[2]) for k in keys)
+
+    if clean("debugger.current_port", "debugger.ports") and dbg.current_port in dbg.ports:
+        sec["debugger"].report(
+            sec["debugger"].error(
+                "current_port",
+                f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
+                dbg.current_port,
+            )
         )
-    if ctl.port in dbg.ports:
-        raise sec["control"].error(
-            "port",
-            f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
-            ctl.port,
+    if clean("control.port", "debugger.ports") and ctl.port in dbg.ports:
+        sec["control"].report(
+            sec["control"].error(
+                "port",
+                f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
+                ctl.port,
+            )
         )
-    if ctl.port == dbg.current_port:
-        raise sec["control"].error(
-            "port", "same as [debugger] current_port; the two need different ports", ctl.port
+    if clean("control.port", "debugger.current_port") and ctl.port == dbg.current_port:
+        sec["control"].report(
+            sec["control"].error(
+                "port", "same as [debugger] current_port; the two need different ports", ctl.port
+            )
         )
-    if not scan.enabled:
+    if not scan.enabled or not clean("scan.enabled", "scan.ports"):
         return
     scan_raw = sec["scan"].raw("ports")
-    if scan.ports.overlaps(dbg.ports):
-        raise sec["scan"].error(
-            "ports",
-            f"overlaps [debugger] ports ({dbg.ports}): ddmd would probe its own debugger ports",
-            scan_raw,
+    if clean("debugger.ports") and scan.ports.overlaps(dbg.ports):
+        sec["scan"].report(
+            sec["scan"].error(
+                "ports",
+                f"overlaps [debugger] ports ({dbg.ports}): ddmd would probe its own debugger ports",
+                scan_raw,
+            )
         )
     for port, key in ((dbg.current_port, "debugger.current_port"), (ctl.port, "control.port")):
-        if port in scan.ports:
-            raise sec["scan"].error(
-                "ports",
-                f"includes {format_key(key)} ({port}): ddmd would probe its own port",
-                scan_raw,
+        if clean(key) and port in scan.ports:
+            sec["scan"].report(
+                sec["scan"].error(
+                    "ports",
+                    f"includes {format_key(key)} ({port}): ddmd would probe its own port",
+                    scan_raw,
+                )
             )
 
 

@@ -7,24 +7,30 @@ It reads the registry and asks VM handles for data; it keeps no state of its own
 Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
 and the sub-resource routes listed before the bare VM route)::
 
-    GET  /api/v1/health                             {status, version, vms}
+    GET  /api/v1/health                             {status, version, vms, pid[, adb]}
     GET  /api/v1/vms                                [VmSnapshot.to_json(), ...]
     GET  /api/v1/devices                            [{serial, state, model, product, vms}, ...]
     GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
     GET  /api/v1/vms/{target}/threads               {vm, threads: [...] | null, supported}
     GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
-    POST /api/v1/vms/{target}/gc                    {vm, gc: "requested"}
-    GET  /api/v1/vms/{target}/threads/{id}/stack    {vm, thread_id, frames: [...]}
+    POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, confirmed, heaps}
+    GET  /api/v1/vms/{target}/threads/{thread}/stack   {vm, thread_id, thread_name, frames}
     POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
     GET  /api/v1/vms/{target}/heap.png[?width=&height=&heap=]   the last dump drawn (image/png)
     GET  /api/v1/heap/legend                        colours of heap.png (`ddmd.heapimage`)
+    GET  /api/v1/ports                              {path, ports: [{key, device, app, port,
+                                                    last_seen, in_use, vm}, ...]}
+    DELETE /api/v1/ports/{app}[?device=SERIAL]      {forgotten: {...}}; 409 while connected
     GET  /  and  /static/{name}                     the live web page (`ddmd.web`)
 
 The daemon adds (``extra_routes``) ``GET /api/v1/events`` (server-sent events, `ddmd.events`)
 and ``GET /metrics`` (Prometheus text, `ddmd.metrics`).
 
-`target` is a VM id, a pid, an app or a package name, resolved by `VmRegistry.resolve`; the
-query parameter `device` narrows pid and name matches to one adb serial.
+`target` is a VM id, a pid, an app or a package name, or a unique part of one, resolved by
+`VmRegistry.resolve`; the query parameter `device` narrows pid and name matches to one adb
+serial. `thread` is a thread id or a thread name (`registry.resolve_thread`). `app` in the port
+routes is an entry's key ("DEVICE|NAME") or its app name (`PortBook.match`). The port routes
+need the daemon's port book (`create_app(ports=...)`); without one they answer 501.
 
 Errors are `{"error": message, ...}` with a status that says what happened: 400 bad request,
 401 missing or wrong token, 404 unknown target (with `candidates`), 409 ambiguous target (with
@@ -38,9 +44,11 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, Protocol, cast
 
 import hypercorn.config
 import hypercorn.trio
@@ -64,9 +72,10 @@ from ddmd.errors import (
     VmRequestError,
 )
 from ddmd.logs import Event, get_logger
+from ddmd.ports import PortBook, PortEntry
 from ddmd.protocol.ddm import StackFrame, StackTrace
 from ddmd.protocol.heap import HeapImage, HeapSummary, Kind, Segment, Solidity
-from ddmd.registry import VmHandle, VmRegistry, VmSnapshot
+from ddmd.registry import VmHandle, VmRegistry, VmSnapshot, resolve_thread
 
 __all__ = ["API_PREFIX", "BearerTokenMiddleware", "create_app", "serve"]
 
@@ -77,8 +86,6 @@ LISTENING = Event.CONTROL_LISTENING
 
 API_PREFIX = "/api/v1"
 
-#: DDM thread ids are u4 on the wire.
-_MAX_THREAD_ID = 0xFFFF_FFFF
 #: Order of the values in each compact run array of `?segments=1`.
 RUN_FIELDS = ("address", "units", "kind", "solidity")
 
@@ -91,6 +98,35 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 class _BadRequest(Exception):
     """A request the API cannot make sense of (400)."""
+
+
+class PortBookOwner(Protocol):
+    """What the port routes need of the daemon's debugger ports (`ddmd.listeners.VmPorts`):
+    the book, and a way to save it that does not race the daemon's own writes."""
+
+    @property
+    def book(self) -> PortBook: ...
+
+    async def save(self) -> None: ...
+
+
+def port_users(registry: VmRegistry, entries: list[PortEntry]) -> dict[str, str]:
+    """Entry key -> the id of the connected VM that uses it (by its key or its port)."""
+    by_key: dict[str, str] = {}
+    by_port: dict[int, str] = {}
+    for handle in registry.handles():
+        snapshot = handle.snapshot()
+        key = handle.selection_key()
+        if key is not None:
+            by_key.setdefault(key, snapshot.id)
+        if snapshot.debugger_port is not None:
+            by_port.setdefault(snapshot.debugger_port, snapshot.id)
+    users: dict[str, str] = {}
+    for entry in entries:
+        vm = by_key.get(entry.key) or by_port.get(entry.port)
+        if vm is not None:
+            users[entry.key] = vm
+    return users
 
 
 # --------------------------------------------------------------------------------------------------
@@ -266,17 +302,30 @@ class BearerTokenMiddleware:
 
 
 class _Api:
-    def __init__(self, registry: VmRegistry, version: str) -> None:
+    def __init__(
+        self, registry: VmRegistry, version: str, ports: PortBookOwner | None = None
+    ) -> None:
         self._registry = registry
         self._version = version
+        self._ports = ports
 
     def _resolve(self, request: Request) -> VmHandle:
         target = request.path_params["target"]
         device = request.query_params.get("device") or None
         return self._registry.resolve(target, device=device)
 
+    #: More keys for the health answer (the daemon adds `adb`: its mode and config file).
+    health_extra: Mapping[str, Any] = MappingProxyType({})
+
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": self._version, "vms": len(self._registry)})
+        # `pid` lets a second `ddmd run` name the daemon that is already running.
+        body = {
+            "status": "ok",
+            "version": self._version,
+            "vms": len(self._registry),
+            "pid": os.getpid(),
+        }
+        return JSONResponse({**body, **self.health_extra})
 
     async def vms(self, request: Request) -> Response:
         return JSONResponse([s.to_json() for s in self._registry.snapshots()])
@@ -396,8 +445,15 @@ class _Api:
             # and come back as "no VM matches '.../gc'".
             return _error(405, "Method Not Allowed", allow="POST")
         handle = self._resolve(request)
-        await handle.cause_gc()
-        return JSONResponse({"vm": handle.snapshot().to_json(), "gc": "requested"})
+        outcome = await handle.cause_gc()
+        snapshot = handle.snapshot()
+        return JSONResponse(
+            {
+                "vm": snapshot.to_json(),
+                **outcome.to_json(),
+                "heaps": [h.to_json() for h in snapshot.heaps],
+            }
+        )
 
     async def select(self, request: Request) -> Response:
         if request.method != "POST":
@@ -418,19 +474,73 @@ class _Api:
         )
 
     async def stack(self, request: Request) -> Response:
-        raw = request.path_params["thread_id"]
-        if not raw.isdigit() or int(raw) > _MAX_THREAD_ID:
-            raise _BadRequest(f"thread id {raw!r} is not a number in 0..{_MAX_THREAD_ID}")
-        thread_id = int(raw)
+        raw = request.path_params["thread"]
         handle = self._resolve(request)
+        snapshot = handle.snapshot()
+        try:
+            thread_id = resolve_thread(snapshot, raw)
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
+        except TargetError as exc:
+            status = 409 if exc.ambiguous else 404
+            return _error(
+                status,
+                exc.message,
+                target=request.path_params["target"],
+                thread=raw,
+                candidates=list(exc.candidates),
+            )
         trace = await handle.stack_trace(thread_id)
+        snapshot = handle.snapshot()
+        names = {t.thread_id: t.name for t in snapshot.threads or ()}
         return JSONResponse(
             {
-                "vm": handle.snapshot().to_json(),
+                "vm": snapshot.to_json(),
                 "thread_id": thread_id,
+                "thread_name": names.get(thread_id),
                 "frames": _stack_json(trace),
             }
         )
+
+    def _book_owner(self) -> PortBookOwner:
+        if self._ports is None:
+            raise FeatureUnsupported("this daemon keeps no debugger port book")
+        return self._ports
+
+    async def ports(self, request: Request) -> Response:
+        owner = self._book_owner()
+        entries = owner.book.entries()
+        users = port_users(self._registry, entries)
+        path = owner.book.path
+        return JSONResponse(
+            {
+                "path": None if path is None else str(path),
+                "ports": [e.to_json(in_use=e.key in users, vm=users.get(e.key)) for e in entries],
+            }
+        )
+
+    async def forget_port(self, request: Request) -> Response:
+        owner = self._book_owner()
+        app = request.path_params["app"]
+        device = request.query_params.get("device") or None
+        book = owner.book
+        try:
+            entry = book.resolve(app, device=device)
+        except TargetError as exc:
+            status = 409 if exc.ambiguous else 404
+            return _error(status, exc.message, app=app, candidates=list(exc.candidates))
+        vm = port_users(self._registry, [entry]).get(entry.key)
+        if vm is not None:
+            return _error(
+                409,
+                f"{entry.name} ({entry.device}) is connected now as VM {vm} and uses port "
+                f"{entry.port}; it can be forgotten once its VM is gone",
+                app=app,
+                vm=vm,
+            )
+        book.forget(entry.key)
+        await owner.save()
+        return JSONResponse({"forgotten": entry.to_json(in_use=False)})
 
 
 def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> Any:
@@ -484,22 +594,27 @@ def create_app(
     version: str = __version__,
     middleware: Sequence[Middleware] = (),
     extra_routes: Sequence[BaseRoute] = (),
+    ports: PortBookOwner | None = None,
+    health: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The control API over `registry`. A non-empty `token` makes every request need it.
 
     `middleware` runs outside the token check (first in the list is outermost), so later
     browser-safety rules (Host/Origin checks) can reject a request before anything else.
     `extra_routes` are served after the API's own (the daemon adds the event stream and
-    /metrics; the daemon's middleware, `ddmd.safety`, also checks its token).
+    /metrics; the daemon's middleware, `ddmd.safety`, also checks its token). `health` adds
+    keys to ``GET /api/v1/health`` (which always has status, version, vms and pid).
     """
-    api = _Api(registry, version)
+    api = _Api(registry, version, ports)
+    if health:
+        api.health_extra = MappingProxyType(dict(health))
     vm = API_PREFIX + "/vms/{target:path}"
     routes = [
         Route(API_PREFIX + "/health", _guarded(api.health), methods=["GET"]),
         Route(API_PREFIX + "/vms", _guarded(api.vms), methods=["GET"]),
         Route(API_PREFIX + "/devices", _guarded(api.devices), methods=["GET"]),
         # Sub-resources before the bare VM route: `{target:path}` would swallow them.
-        Route(vm + "/threads/{thread_id}/stack", _guarded(api.stack), methods=["GET"]),
+        Route(vm + "/threads/{thread:path}/stack", _guarded(api.stack), methods=["GET"]),
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
@@ -508,6 +623,8 @@ def create_app(
         Route(vm + "/gc", _guarded(api.gc), methods=_ALL_METHODS),  # see _Api.gc
         Route(vm + "/select", _guarded(api.select), methods=_ALL_METHODS),
         Route(API_PREFIX + "/current", _guarded(api.current), methods=["GET"]),
+        Route(API_PREFIX + "/ports", _guarded(api.ports), methods=["GET"]),
+        Route(API_PREFIX + "/ports/{app:path}", _guarded(api.forget_port), methods=["DELETE"]),
         Route(vm, _guarded(api.vm), methods=["GET"]),
         *_page_routes(),
         *extra_routes,

@@ -8,8 +8,10 @@ Layer: the only place where tasks are wired together. Imports everything below i
         ├── control API (nursery.start -> started once bound)
         ├── discovery.scan --VmFound--> supervisor
         ├── discovery.adb  --VmFound/VmLost--> supervisor   (when [adb] enabled is not "off")
-        └── supervisor: one task per VM (VmActor.run), errors contained per VM; a VmLost
-            ends that VM's actor (its debugger's connection is closed) and logs why
+        ├── supervisor: one task per VM (VmActor.run), errors contained per VM; a VmLost
+        │   ends that VM's actor (its debugger's connection is closed) and logs why
+        └── forget_old_ports: once a day, drops port-book entries of apps not seen for
+            [debugger] forget_after_days (also done once at start, before anything runs)
 
 Around the tree: the event hub (`events.EventHub`, fed by the registry's change notices
 through `events.RegistryEvents`) behind ``GET /api/v1/events``; the metrics collector
@@ -21,6 +23,7 @@ and the current-VM port are bound, STOPPING=1 when shutdown starts.
 from __future__ import annotations
 
 import errno
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +38,7 @@ from ddmd.discovery.scan import PortScanner
 from ddmd.errors import PortInUse
 from ddmd.listeners import CurrentVmListener, VmPorts
 from ddmd.logs import Event
-from ddmd.ports import PortBook
+from ddmd.ports import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
 from ddmd.vm import VmActor
 
@@ -106,6 +109,7 @@ class Supervisor:
             registry=self.registry,
             device=found.device,
             expected_pid=found.pid,
+            process=found.process,
             ports=self.ports,
         )
         self.actors[found.vm_id] = actor
@@ -162,6 +166,9 @@ async def run(
     """Run the daemon until SIGINT/SIGTERM (or ``Started.stop()``); then stop within the grace."""
     registry = VmRegistry()
     book = PortBook(config.debugger.state_file, config.debugger.ports)
+    # Apps not seen for [debugger] forget_after_days lose their port: now, then once a day.
+    forget_after = config.debugger.forget_after_days * SECONDS_PER_DAY
+    forgotten_at_start = _log_forgotten(book.expire(forget_after), forget_after)
     ports = VmPorts(book, config.debugger.host)
     supervisor = Supervisor(config, registry, ports)
     hub = events.EventHub()
@@ -198,11 +205,13 @@ async def run(
         # The token is checked by the safety middleware (Bearer header or ddmd_token cookie).
         app = control.create_app(
             registry,
+            ports=ports,
             middleware=safety.control_middleware(config.control),
             extra_routes=[
                 events.events_route(hub, registry_events),
                 metrics.metrics_route(metrics.make_registry(collector)),
             ],
+            health={"adb": _adb_health(config)},
         )
         try:
             bound = await root.start(
@@ -236,6 +245,9 @@ async def run(
                 send, receive = trio.open_memory_channel[VmFound | VmLost](0)
                 async with trio.open_nursery() as inner:
                     inner.start_soon(supervisor.run, receive)
+                    inner.start_soon(
+                        forget_old_ports, ports, registry, forget_after, bool(forgotten_at_start)
+                    )
                     scanner: PortScanner | None = None
                     adb: AdbDiscovery | None = None
                     if config.scan.enabled:
@@ -281,6 +293,18 @@ async def run(
     log.info(Event.DAEMON_STOPPED)
 
 
+def _adb_health(config: Config) -> dict[str, str | None]:
+    """For ``GET /api/v1/health``: the adb mode and the config file that set it, so that
+    `ddmd devices` can say where adb was turned off (None: the built-in defaults)."""
+    source = config.source
+    is_file = source is not None and not source.startswith("<")  # "<defaults>" is no file
+    return {
+        "enabled": config.adb.enabled,
+        # Absolute: the client asking may run in another directory.
+        "config": os.path.abspath(source) if is_file and source is not None else None,
+    }
+
+
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -297,6 +321,41 @@ def _as_address(bound: object, config: Config) -> tuple[str, int]:
     if isinstance(bound, tuple) and len(bound) == 2:
         return (str(bound[0]), int(bound[1]))
     return (config.control.host, config.control.port)
+
+
+def _log_forgotten(entries: list[PortEntry], max_age: float) -> list[PortEntry]:
+    for entry in entries:
+        log.info(
+            Event.PORTS_FORGOTTEN,
+            key=entry.key,
+            port=entry.port,
+            last_seen=format_time(entry.last_seen),
+            reason="not seen for longer than [debugger] forget_after_days",
+            days=max_age / SECONDS_PER_DAY,
+        )
+    return entries
+
+
+async def forget_old_ports(
+    ports: control.PortBookOwner,
+    registry: VmRegistry,
+    max_age: float,
+    save_now: bool = False,
+    *,
+    interval: float = SECONDS_PER_DAY,
+) -> None:
+    """Keep the port book small while the daemon runs: every ``interval`` seconds the apps
+    connected now count as seen, and entries not seen for ``max_age`` seconds are dropped.
+    ``save_now``: the book changed at start (entries dropped), write it at once."""
+    if save_now:
+        await ports.save()
+    while True:
+        await trio.sleep(interval)
+        book = ports.book
+        connected = control.port_users(registry, book.entries())
+        dropped = _log_forgotten(book.sweep(max_age, connected), max_age)
+        if dropped or connected:
+            await ports.save()
 
 
 async def _watch_signals(stop: Callable[[], None], scope: trio.CancelScope) -> None:

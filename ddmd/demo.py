@@ -2,29 +2,39 @@
 
 Layer: beside daemon (it wires the simulator and the daemon into one trio run). The simulated
 VMs listen on free ports inside the configured scan range, so the daemon finds them exactly as
-it finds real VMs: an ART-style app, a Dalvik-era app in the 2007 draft formats, and an
-Android 12+-style app whose thread and heap handlers are gone (ddmd shows that plainly).
+it finds real VMs: an app on ART 9+ (the sim's default flavour: requests with nothing to say
+get no reply at all), a Dalvik-era app in the 2007 draft formats (empty replies), and an
+Android 12+ app whose thread and heap handlers are gone (ddmd shows that plainly).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import socket
 from dataclasses import replace
+from pathlib import Path
 
 import click
 import trio
 
 from ddmd import daemon
-from ddmd.config import Config
+from ddmd.config import Config, find_config_file
+from ddmd.errors import ConfigError
 from ddmd.sim import SimConfig, SimVm
 
+MAIL = "com.example.mail"
+
 DEMO_VMS = (
-    SimConfig(pid=3101, app_name="com.example.mail", package_name="com.example.mail"),
+    # ART 9+ (flavor "art", the default)
+    SimConfig(pid=3101, app_name=MAIL, package_name=MAIL),
+    # Dalvik, speaking the 2007 draft formats
     SimConfig(
         pid=3102,
         app_name="com.example.notes",
         package_name="com.example.notes",
         vm_ident="Dalvik v1.6.0",
+        flavor="legacy",
         draft=True,
         abi="32-bit (arm)",
         apnm_delay=2.0,
@@ -33,7 +43,7 @@ DEMO_VMS = (
         pid=3103,
         app_name="com.example.maps:remote",
         package_name="com.example.maps",
-        flavor="modern",
+        flavor="modern",  # Android 12+
         abi="64-bit (arm64)",
     ),
 )
@@ -81,9 +91,40 @@ async def run_demo(config: Config) -> None:
             f"{', '.join(map(str, ports))}; control API http://{host}:{port}/",
             err=True,
         )
-        click.echo(
-            "try: ddmd clients | ddmd threads com.example.mail | ddmd heap com.example.mail "
-            f"--segments | ddmd select com.example.mail && jdb -attach "
-            f"localhost:{started.current_port}",
-            err=True,
-        )
+        for line in hint_lines(config, started.current_port):
+            click.echo(line, err=True)
+
+
+def hint_lines(config: Config, current_port: int) -> list[str]:
+    """What to try next: one command per line, ready to paste into a shell.
+
+    The only other lines are comments starting with '#'. The client commands name the
+    config file when they would not find the demo's one by themselves.
+    """
+    option = _config_option(config)
+    return [
+        "# In another terminal, try:",
+        f"ddmd clients{option}",
+        f"ddmd threads {MAIL}{option}",
+        f"ddmd heap {MAIL}{option} --segments",
+        f"ddmd stack {MAIL} 1{option}",
+        f"ddmd gc {MAIL}{option}",
+        f"ddmd select {MAIL}{option}",
+        f"jdb -attach localhost:{current_port}",
+    ]
+
+
+def _config_option(config: Config) -> str:
+    """The ``--config FILE`` option (with a leading space) when the client commands would
+    otherwise read another config file than the demo's, else ""."""
+    source = config.source
+    if source is None or source.startswith("<"):  # the built-in defaults
+        return ""
+    try:
+        found = find_config_file(None, os.environ)
+    except ConfigError:
+        found = None
+    path = Path(source).resolve()
+    if found is not None and found.resolve() == path:
+        return ""
+    return f" --config {shlex.quote(str(path))}"

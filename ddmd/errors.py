@@ -7,6 +7,7 @@ Catch by meaning, as with httpx's exceptions::
 
     DdmdError                 anything ddmd reports to its user
     ├── ConfigError           a config file or setting is wrong: names file, key and value
+    │   └── ConfigProblems    several of those at once (`problems`), from one config file
     ├── PortInUse             a listening port is taken: names the port and the config key to change
     ├── VmRequestError        something asked of a VM produced no usable answer
     │   ├── VmGone            the VM went away while something was waiting on it
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 __all__ = [
     "ConfigError",
+    "ConfigProblems",
     "DaemonNotRunning",
     "DdmFailed",
     "DdmdError",
@@ -110,6 +113,35 @@ class ConfigError(DdmdError):
             parts.append(_short_repr(self.value))
         parts.append(self.message)
         return ": ".join(parts)
+
+    @property
+    def problems(self) -> tuple[ConfigError, ...]:
+        """Every problem this error stands for: just itself (`ConfigProblems` holds several)."""
+        return (self,)
+
+
+class ConfigProblems(ConfigError):
+    """Several problems found in one config, each a `ConfigError`, in the order they were checked.
+
+    Its own `path`, `key`, `value` and message are those of the first problem, so code written
+    for a single ConfigError still reads something sensible; str() is the first problem's text
+    plus how many more there are. Show `problems` to list them all.
+    """
+
+    def __init__(self, problems: Sequence[ConfigError]) -> None:
+        if len(problems) < 2:
+            raise ValueError("ConfigProblems needs at least two problems")
+        first = problems[0]
+        super().__init__(first.message, path=first.path, key=first.key, value=first.value)
+        self._problems = tuple(problems)
+
+    @property
+    def problems(self) -> tuple[ConfigError, ...]:
+        return self._problems
+
+    def __str__(self) -> str:
+        more = len(self._problems) - 1
+        return f"{self._problems[0]} (and {more} more problem{'s' if more > 1 else ''})"
 
 
 class PortInUse(DdmdError):

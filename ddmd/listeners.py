@@ -143,6 +143,14 @@ class VmPorts:
     def release(self, port: int) -> None:
         self._in_use.discard(port)
 
+    @property
+    def book(self) -> PortBook:
+        return self._book
+
+    async def save(self) -> None:
+        """Write the book now (after the control API or the daily clean-up changed it)."""
+        await self._save()
+
     async def _save(self) -> None:
         """Write the state file from one task at a time; changes made meanwhile are folded
         into one more write (hundreds of VMs starting together cause a few writes)."""
@@ -153,8 +161,11 @@ class VmPorts:
         try:
             while self._dirty:
                 self._dirty = False
+                # The content is taken here, in the trio thread that changes the book; only
+                # the write runs in a worker thread.
+                data = self._book.dumps()
                 try:
-                    await trio.to_thread.run_sync(self._book.save)
+                    await trio.to_thread.run_sync(self._book.write, data)
                 except OSError as exc:
                     log.warning(Event.PORTS_STATE_PROBLEM, problem=f"cannot save: {exc}")
         finally:

@@ -138,6 +138,7 @@ class Event(StrEnum):
     VM_START_HELD = "vm.start_held"
     VM_SEND_FAILED = "vm.send_failed"
     PORTS_STATE_PROBLEM = "ports.state_problem"
+    PORTS_FORGOTTEN = "ports.forgotten"  # an app's remembered debugger port was dropped
     CURRENT_NONE = "current.none"
     # monitoring
     HEAP_INFO = "heap.info"

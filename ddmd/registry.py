@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from ddmd.errors import TargetError
+from ddmd.errors import FeatureUnsupported, TargetError
+from ddmd.features import missing_sentence
 from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.heap import HeapImage
@@ -106,6 +107,28 @@ class VmSnapshot:
     debugger: str | None = None
     current: bool = False
     connected_at: float | None = None  # wall-clock seconds since the epoch
+    # Why each feature in ``unsupported`` is missing, in a user's words (feature, reason).
+    unsupported_reasons: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def display_name(self) -> str:
+        """What to call this VM in a sentence: its app (process) or package name; for a plain
+        JVM its main class (jps-style) once known, else "JVM pid N" or its address; never the
+        JDWP Version banner (that stays in ``description``)."""
+        for name in (self.app, self.package):  # the process name, as DDMS showed it
+            if name and name not in ("<pre-initialized>",):
+                return name
+        if self.ddm is False and self.source == "tcp":
+            return f"JVM pid {self.pid}" if self.pid is not None else f"JVM at {self.address}"
+        return self.id
+
+    def missing(self) -> dict[str, str]:
+        """Feature -> the sentence a user reads about it (for ``unsupported``)."""
+        reasons = dict(self.unsupported_reasons)
+        return {
+            f: missing_sentence(self.display_name, f, reasons.get(f, ""), ddm=self.ddm)
+            for f in self.unsupported
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,6 +156,26 @@ class VmSnapshot:
             "debugger": self.debugger,
             "current": self.current,
             "connected_at": self.connected_at,
+            "name": self.display_name,
+            "missing": self.missing(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GcOutcome:
+    """How a requested garbage collection ended. ``by``: "heap info" (the GC's heap-info push
+    arrived) or "reply" (the VM answered after running it); None when the VM gave no sign."""
+
+    confirmed: bool
+    by: str | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gc": "done" if self.confirmed else "requested",
+            "confirmed": self.confirmed,
+            "confirmed_by": self.by,
+            "note": self.note,
         }
 
 
@@ -173,8 +216,9 @@ class VmHandle(Protocol):
         seconds, so a page or ``ddmd threads --watch`` that asks again sees live states."""
         ...
 
-    async def cause_gc(self) -> None:
-        """HPGC: the VM runs a garbage collection (heap info pushes follow)."""
+    async def cause_gc(self) -> GcOutcome:
+        """HPGC: the VM runs a garbage collection; done when its heap info push (or, on older
+        VMs, the reply) arrives, or unconfirmed after a bounded wait."""
         ...
 
     async def stack_trace(self, thread_id: int) -> StackTrace:
@@ -223,6 +267,11 @@ class VmRegistry:
 
     def remove(self, vm_id: str) -> None:
         if self._vms.pop(vm_id, None) is not None:
+            if vm_id == self._selected_id:
+                # The chosen VM is gone; the choice stays with its key. A later VM with the
+                # same id (a new app on the same port) is not "the chosen VM" until the key
+                # leads to it (see _check_current).
+                self._selected_id = None
             self._notify("removed", vm_id)
             self._check_current("vm removed")
 
@@ -232,10 +281,20 @@ class VmRegistry:
             self._notify("changed", vm_id)
 
     def key_changed(self, vm_id: str) -> None:
-        """An actor calls this when its selection key changed (named, renamed)."""
-        if vm_id in self._vms:
-            self._notify("changed", vm_id)
-            self._check_current("vm named")
+        """An actor calls this when its selection key changed (named, renamed).
+
+        The selection follows the VM, not the name it had when it was chosen: a VM selected
+        before it was named (``id|VMID``, e.g. it reported WAIT before HELO) or renamed later
+        (APNM: "<pre-initialized>" -> the app) stays current, and its new key is what sticks
+        across app restarts from now on.
+        """
+        handle = self._vms.get(vm_id)
+        if handle is None:
+            return
+        if vm_id == self._selected_id:
+            self._selected_key = self._key_of(handle)
+        self._notify("changed", vm_id)
+        self._check_current("vm named")
 
     # ------------------------------------------------------------------ adb devices
 
@@ -298,6 +357,15 @@ class VmRegistry:
 
     def _check_current(self, reason: str) -> None:
         handle = self.current()
+        if (
+            handle is not None
+            and self._selected_key is not None
+            and self._selected_id not in self._vms
+            and self._key_of(handle) == self._selected_key
+        ):
+            # The chosen app runs again (a new pid): from now on this VM is the chosen one,
+            # so that its own renames carry the selection along (key_changed).
+            self._selected_id = handle.vm_id
         now = handle.vm_id if handle is not None else None
         if now != self._last_current:
             previous, self._last_current = self._last_current, now
@@ -338,27 +406,40 @@ class VmRegistry:
             listener(kind, vm_id)
 
     def resolve(self, target: str, *, device: str | None = None) -> VmHandle:
-        """A VM by id, pid, or app/package name; TargetError lists candidates otherwise."""
+        """A VM the way people type it; TargetError lists the candidates otherwise.
+
+        The rules, in order; the first one that matches anything decides (one match: that VM;
+        several: ambiguous, the matches are the candidates):
+
+        1. the exact VM id ("tcp:8000", "emulator-5554/1234"; ``device`` is not needed);
+        2. the pid;
+        3. the exact app or package name;
+        4. the end of an app or package name at a dot or colon ("mail" or ".mail" for
+           "com.example.mail", "example.mail" too), ignoring case;
+        5. a part of an app or package name ("exam" for "com.example.mail"), ignoring case.
+
+        ``device`` narrows rules 2-5 to the VMs of one adb device.
+        """
         target = target.strip()
         if not target:
             raise TargetError("empty target", candidates=self._describe(self._vms.values()))
         if target in self._vms:
             return self._vms[target]
-        handles = [h for h in self._vms.values() if device is None or h.snapshot().device == device]
-        matches: list[VmHandle] = []
-        if target.isdigit():
-            pid = int(target)
-            matches = [h for h in handles if h.snapshot().pid == pid]
-        if not matches:
-            matches = [h for h in handles if target in _names(h.snapshot())]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise TargetError(
-                f"no VM matches {target!r}", candidates=self._describe(self._vms.values())
-            )
+        snapshots = [(h, h.snapshot()) for h in self._vms.values()]
+        if device is not None:
+            snapshots = [(h, s) for h, s in snapshots if s.device == device]
+        for rule in _TARGET_RULES:
+            matches = [h for h, s in snapshots if rule(target, s)]
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                raise TargetError(
+                    f"{target!r} matches several VMs",
+                    candidates=self._describe(matches),
+                    ambiguous=True,
+                )
         raise TargetError(
-            f"{target!r} matches several VMs", candidates=self._describe(matches), ambiguous=True
+            f"no VM matches {target!r}", candidates=self._describe(self._vms.values())
         )
 
     @staticmethod
@@ -373,3 +454,107 @@ class VmRegistry:
 
 def _names(s: VmSnapshot) -> set[str]:
     return {n for n in (s.app, s.package) if n}
+
+
+# Names a VM reports before it knows its own; never matched by a part of a name.
+_UNNAMED = frozenset({"", "<pre-initialized>"})
+_NAME_SEPARATORS = (".", ":")
+
+
+def _real_names(s: VmSnapshot) -> list[str]:
+    return [n.casefold() for n in _names(s) if n not in _UNNAMED]
+
+
+def _by_pid(target: str, s: VmSnapshot) -> bool:
+    return target.isascii() and target.isdigit() and s.pid == int(target)
+
+
+def _by_name(target: str, s: VmSnapshot) -> bool:
+    return target in _names(s)
+
+
+def _by_suffix(target: str, s: VmSnapshot) -> bool:
+    needle = target.casefold().lstrip("".join(_NAME_SEPARATORS))
+    if not needle:
+        return False
+    return any(name.endswith(sep + needle) for name in _real_names(s) for sep in _NAME_SEPARATORS)
+
+
+def _by_part(target: str, s: VmSnapshot) -> bool:
+    needle = target.casefold()
+    return any(needle in name for name in _real_names(s))
+
+
+_TARGET_RULES: tuple[Callable[[str, VmSnapshot], bool], ...] = (
+    _by_pid,
+    _by_name,
+    _by_suffix,
+    _by_part,
+)
+
+
+# ---------------------------------------------------------------------------------- threads
+
+#: DDM thread ids are u4 on the wire.
+MAX_THREAD_ID = 0xFFFF_FFFF
+
+
+def describe_threads(threads: tuple[ThreadSnapshot, ...] | None) -> tuple[str, ...]:
+    """Candidates for a thread argument: "ID NAME", by id."""
+    if not threads:
+        return ()
+    return tuple(f"{t.thread_id} {t.name}".rstrip() for t in sorted(threads, key=_thread_id))
+
+
+def _thread_id(t: ThreadSnapshot) -> int:
+    return t.thread_id
+
+
+def resolve_thread(snapshot: VmSnapshot, thread: str) -> int:
+    """The thread id meant by ``thread``: an id, or a thread name of the VM's thread list.
+
+    An id is checked against the thread list when the VM reports one ("no thread 7 in VM X",
+    the known threads as candidates); without a list it is taken as it is (the VM answers).
+    A name: the exact name first, then a part of a name ignoring case; several matches are
+    ambiguous. A name needs the thread list (FeatureUnsupported without one). Raises
+    ValueError for an id outside 0..MAX_THREAD_ID.
+    """
+    text = thread.strip()
+    threads = snapshot.threads
+    if not text:
+        raise TargetError("empty thread name", candidates=describe_threads(threads))
+    if text.isascii() and text.isdigit():
+        thread_id = int(text)
+        if thread_id > MAX_THREAD_ID:
+            raise ValueError(f"thread id {text!r} is not a number in 0..{MAX_THREAD_ID}")
+        if threads is None or any(t.thread_id == thread_id for t in threads):
+            return thread_id
+        named = [t for t in threads if t.name == text]  # a thread may be called "7"
+        if len(named) == 1:
+            return named[0].thread_id
+        raise TargetError(
+            f"no thread {thread_id} in VM {snapshot.id}", candidates=describe_threads(threads)
+        )
+    if threads is None:
+        raise FeatureUnsupported(
+            f"VM {snapshot.id} does not report its threads, so the thread name {text!r} "
+            "cannot be looked up; give a thread id"
+        )
+    needle = text.casefold()
+    rules: tuple[Callable[[ThreadSnapshot], bool], ...] = (
+        lambda t: t.name == text,
+        lambda t: needle in t.name.casefold(),
+    )
+    for rule in rules:
+        matches = tuple(t for t in threads if rule(t))
+        if len(matches) == 1:
+            return matches[0].thread_id
+        if matches:
+            raise TargetError(
+                f"{text!r} matches several threads in VM {snapshot.id}",
+                candidates=describe_threads(matches),
+                ambiguous=True,
+            )
+    raise TargetError(
+        f"no thread named {text!r} in VM {snapshot.id}", candidates=describe_threads(threads)
+    )

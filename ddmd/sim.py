@@ -11,21 +11,49 @@ and trio/structlog/click, and nothing else from ddmd; nothing in the daemon impo
 - handshake echo (5 s deadline; a bad handshake closes the connection);
 - DDM commands (199/1) answered with the same id; pushes carry VM ids ``0x80000000 | n``
   (ART 9+ numbering), one chunk per packet, the whole packet in one send;
-- ``flavor="art"``: handlers for HELO FEAT THEN THST STKL HPIF HPSG NHSG HPGC EXIT; every
-  other type (DBGD, unknown, malformed) gets an empty reply (``ack_dbgd=True``: DBGD is
-  answered with a DBGD chunk, the draft's acknowledgement, and the debugger's suspensions
-  are released). ``flavor="modern"`` (Android
-  12+ without the debugger agent, protocol.md 3.8 and 2.2): HELO, FEAT, EXIT and the
-  APNM/WAIT pushes work; everything else gets no reply at all, until a non-DDM command
-  "loads the agent", after which those get empty replies;
-- ``draft=True`` uses the 2007 draft layouts: HELO and APNM without trailers, THST in the
-  draft layout, HPIF data in the reply, heap pieces sharing one start address with offsets;
+- the flavour says which handlers exist and how a request ends when its handler returns
+  nothing, there is no handler for its type, or the packet is malformed (protocol.md 2.2,
+  3.1, 3.8):
+
+  - ``flavor="art"`` (the default: a current phone, ART on Android 9-11): handlers for HELO
+    FEAT THEN THST STKL HPIF HPSG NHSG HPGC EXIT. Such requests (THEN, HPIF, HPSG, NHSG,
+    HPGC, DBGD, unknown types, malformed DDM) get **no reply at all** while the debugger
+    agent is not loaded. The first non-DDM command (a debugger) loads the agent, and ART
+    keeps it for the life of the process, so from then on, on this and every later
+    connection, they get an empty reply; a packet whose chunk runs past its end then gets
+    a JDWP error reply (INTERNAL; the document has this from source only).
+  - ``flavor="legacy"`` (Dalvik, ART on Android 5-8): the same handlers; every such
+    request gets an empty reply. With an ART VM ident (``Dalvik v2.x``) a packet whose first
+    chunk is not exactly the rest of the packet is not handled (empty reply), as ART 5-8
+    does; Dalvik (``Dalvik v1.x``) handles the first chunk and ignores trailing bytes.
+  - ``flavor="modern"`` (Android 12+): only HELO, FEAT, EXIT and the APNM/WAIT pushes; THEN
+    THST STKL HPIF HPSG NHSG HPGC have no handler, so they go unanswered exactly as in
+    ``art`` (empty replies once the agent is loaded).
+
+  Types the sim does not implement in any flavour (REAE REAQ REAL NHGT HPDU HPDS, MPxx,
+  SPxx, VUxx) are treated as unknown types. A handler never returns a zero-length chunk
+  here, so the table's last row does not arise (``ack_dbgd`` excepted: its DBGD chunk is
+  always sent as a chunk);
+- ``fail_types=("HPGC", ...)``: a VM that refuses those features: each request of a listed
+  type is answered with a FAIL chunk (code 1, a short message) instead of being handled,
+  in every flavour;
+- ``ack_dbgd=True``: DBGD is answered with a DBGD chunk (the draft's acknowledgement) and
+  the debugger's suspensions are released; no shipped VM does this;
+- ``draft=True`` (independent of the flavour) uses the 2007 draft layouts: HELO and APNM
+  without trailers, THST in the draft layout, HPIF data in the reply, heap pieces sharing
+  one start address with offsets;
+- heap figures agree with the heap layout: after every GC the HPIF data's *bytes allocated*
+  is exactly the used bytes of the layout the HPST..HPEN dump of that GC describes (units x
+  8 of every non-free run) and *objects allocated* is its number of used logical runs (P
+  pieces joined), which is what an HPSO decoder counts as objects; *heap size* is the whole
+  layout. HPIF with when = 1 reports the same current figures;
 - plain JDWP just deep enough for ``jdb -attach`` (Version, IDSizes, threads and their one
   group, event requests, Suspend/Resume, Dispose, Exit); error 99 for everything else.
 
 Per-request work is small: chunk bytes that do not change are cached, thread status is
-packed with one ``struct`` per thread, and the heap layout is built once (lazily, at the
-first dump) and then only lightly mutated at each GC. ``serve_many`` runs many VMs in one
+packed with one ``struct`` per thread, and the heap layout is built once (lazily, when heap
+info or a dump is first needed) and then only lightly mutated at each GC, its used bytes and
+object count kept up to date with it. ``serve_many`` runs many VMs in one
 trio nursery (``bench/monitor_scale.py`` runs 500).
 """
 
@@ -97,6 +125,7 @@ from ddmd.protocol.jdwp import (
 
 __all__ = [
     "ART_FEATURES",
+    "FLAVORS",
     "SimConfig",
     "SimStatistics",
     "SimVm",
@@ -107,7 +136,8 @@ __all__ = [
 
 logger = structlog.get_logger()
 
-Flavor = Literal["art", "modern"]
+Flavor = Literal["art", "legacy", "modern"]
+FLAVORS: Final[tuple[Flavor, ...]] = ("art", "legacy", "modern")
 
 ART_FEATURES: Final = (
     "hprof-heap-dump-streaming",
@@ -166,6 +196,35 @@ _CLASS_SIGNATURES: Final = {
 _CLASS_STATUS: Final = 7  # VERIFIED | PREPARED | INITIALIZED
 _TYPE_TAG_CLASS: Final = 1
 
+# The FAIL message of a refused request (``fail_types``): short, in the framework's manner
+# (its own failures say e.g. "Stack trace unavailable").
+_REFUSALS: Final = {
+    "HELO": "Hello refused",
+    "FEAT": "Feature list unavailable",
+    "THEN": "Thread notifications unavailable",
+    "THST": "Thread status unavailable",
+    "STKL": "Stack trace unavailable",
+    "HPIF": "Heap info unavailable",
+    "HPSG": "Heap segment dumps unavailable",
+    "NHSG": "Native heap segment dumps unavailable",
+    "HPGC": "Garbage collection unavailable",
+    "HPDU": "Heap dump unavailable",
+    "HPDS": "Heap dump unavailable",
+    "REAE": "Allocation tracking unavailable",
+    "REAQ": "Allocation tracking unavailable",
+    "REAL": "Allocation list unavailable",
+}
+
+
+def check_type_name(name: object) -> str:
+    """``name`` if it can be a DDM request type (four printable ASCII characters), else
+    ValueError with a message fit for the user."""
+    if not (isinstance(name, str) and len(name) == 4 and all("!" <= c <= "~" for c in name)):
+        raise ValueError(
+            f"{name!r} is not a request type: give four ASCII characters, such as HPGC or THST"
+        )
+    return name
+
 
 # --------------------------------------------------------------------------------------------
 # Configuration and statistics
@@ -177,7 +236,8 @@ class SimConfig:
 
     ``seed=None`` derives the seed from the pid, so runs are reproducible either way.
     ``gc_interval``/``churn_interval`` of 0 switch the periodic GC / thread churn off
-    (``HPGC`` and the test hooks still work).
+    (``HPGC`` and the test hooks still work). ``flavor`` and ``fail_types``: see the module
+    docstring; ``fail_types`` holds request type names such as ``"HPGC"``.
     """
 
     host: str = "127.0.0.1"
@@ -203,6 +263,7 @@ class SimConfig:
     handshake_timeout: float = 5.0
     send_timeout: float = 10.0
     ack_dbgd: bool = False
+    fail_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -211,8 +272,17 @@ class SimConfig:
             raise ValueError(f"sim port {self.port} is outside 0..65535")
         if not 0 < self.pid <= _U4_MASK:
             raise ValueError(f"sim pid {self.pid} is outside 1..{_U4_MASK}")
-        if self.flavor not in ("art", "modern"):
-            raise ValueError(f"sim flavor {self.flavor!r} is neither 'art' nor 'modern'")
+        if self.flavor not in FLAVORS:
+            raise ValueError(
+                f"sim flavor {self.flavor!r} is not one of {', '.join(map(repr, FLAVORS))}"
+            )
+        if isinstance(self.fail_types, str) or not isinstance(self.fail_types, tuple | list):
+            raise ValueError(
+                f"sim fail_types {self.fail_types!r} must be a tuple of request type names"
+            )
+        for name in self.fail_types:
+            check_type_name(name)
+        object.__setattr__(self, "fail_types", tuple(self.fail_types))
         if not 1 <= self.threads <= 10000:
             raise ValueError(f"sim threads {self.threads} is outside 1..10000")
         if not 1 <= self.heap_mb <= 2047:
@@ -414,6 +484,24 @@ class _Piece:
     offset: int  # in units; 0 in the shipped layout
     units: int
     usage: bytearray  # (state, n) pairs
+    used_units: int = 0  # units of every non-free run
+    objects: int = 0  # non-free logical runs (P pieces joined): one per object
+
+    def __post_init__(self) -> None:
+        self.recount()
+
+    def recount(self) -> None:
+        """Work out ``used_units`` and ``objects`` from the pairs (once, at build time)."""
+        used = objects = 0
+        continued = False  # the previous pair had P set: this pair continues its run
+        usage = self.usage
+        for state, n in zip(usage[0::2], usage[1::2], strict=True):
+            if state & 0x07:
+                used += n + 1
+                if not continued:
+                    objects += 1
+            continued = bool(state & _PARTIAL)
+        self.used_units, self.objects = used, objects
 
     def data(self) -> bytes:
         return _SEGMENT_HEAD.pack(_HEAP_ID, _UNIT, self.start, self.offset, self.units) + bytes(
@@ -508,7 +596,8 @@ def _mutate_piece(rng: random.Random, piece: _Piece) -> None:
 
     Only single-pair runs are touched (never a P piece or the pair after one), never the
     last pair (a piece ends with an allocation), and unit counts never change, so the
-    piece always satisfies the parse rule of protocol.md 4.3.
+    piece always satisfies the parse rule of protocol.md 4.3. The piece's used units and
+    object count follow every change.
     """
     usage = piece.usage
     pairs = len(usage) // 2
@@ -519,10 +608,15 @@ def _mutate_piece(rng: random.Random, piece: _Piece) -> None:
         state = usage[2 * i]
         if state & _PARTIAL or usage[2 * i - 2] & _PARTIAL:
             continue
+        units = usage[2 * i + 1] + 1
         if state & 0x07:
             usage[2 * i] = 0  # the object died: a free gap
+            piece.used_units -= units
+            piece.objects -= 1
         else:
             usage[2 * i] = (rng.choice((0, 0, 2, 3, 4)) << 3) | _HARD  # a new allocation
+            piece.used_units += units
+            piece.objects += 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -606,7 +700,14 @@ class SimVm:
         self._conn: _Connection | None = None
         self._exited = False
         self._waiting = config.wait_for_debugger
-        self._agent_loaded = False  # modern flavor: a non-DDM command loads the agent
+        # ART 9+ loads its debugger agent at the first non-DDM command and keeps it until the
+        # process dies: per VM, not per connection (flavours art and modern).
+        self._agent_loaded = False
+        # ART 5-8 handles a DDM packet only if its one chunk fills it exactly (2.4).
+        self._strict_framing = config.flavor == "legacy" and not config.is_dalvik
+        self._fail_types = frozenset(
+            int.from_bytes(name.encode("ascii"), "big") for name in config.fail_types
+        )
         named = config.apnm_delay <= 0
         self._app_name = config.app_name if named else PRE_INITIALIZED
         self._package_name = config.package_name if named else PRE_INITIALIZED
@@ -615,7 +716,6 @@ class SimVm:
         self._push_serial = 0
         self._gc_lock = trio.Lock()
         self._heap: list[_Piece] | None = None
-        self._last_gc = 0.0
         self._log = logger.bind(sim_pid=config.pid)
         # counters
         self._connections_accepted = 0
@@ -685,9 +785,7 @@ class SimVm:
 
         Reports the real port with ``task_status.started(port)`` once listening.
         """
-        start = trio.current_time()
-        self._last_gc = start
-        self._last_evolve = start
+        self._last_evolve = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
                 if self.config.apnm_delay > 0:
@@ -908,7 +1006,7 @@ class SimVm:
             FeatRequest: self._ddm_feat,
             ExitRequest: self._ddm_exit,
         }
-        if self.config.flavor == "art":
+        if self.config.flavor != "modern":  # Android 12+ lost the thread and heap handlers
             handlers |= {
                 ThreadNotify: self._ddm_then,
                 ThreadStatusRequest: self._ddm_thst,
@@ -927,12 +1025,21 @@ class SimVm:
         data = packet.data
         result: _DdmResult = None
         chunk_type = -1
+        framed = False  # the first chunk's header and data lie within the packet
         if len(data) >= 8:
             chunk_type, length = _CHUNK_HEADER.unpack_from(data)
-            if 8 + length <= len(data):  # only the first chunk counts; trailing bytes ignored
+            framed = 8 + length <= len(data)
+            if framed and self._strict_framing and 8 + length != len(data):
+                framed = False  # ART 5-8: the chunk must be exactly the rest of the packet
+                self._log.debug("sim.ddm_trailing_bytes", extra=len(data) - 8 - length)
+            elif framed and chunk_type in self._fail_types:
+                # A VM that refuses this feature (``fail_types``).
+                message = _REFUSALS.get(type_name(chunk_type), "Request refused")
+                result = encode_chunk(Fail(1, message))
+            elif framed:  # only the first chunk counts; trailing bytes are ignored
                 try:
                     chunk = decode_chunk(chunk_type, data[8 : 8 + length], Direction.TO_VM)
-                except ProtocolError as exc:
+                except ProtocolError as exc:  # as if the handler threw
                     self._log.debug("sim.ddm_malformed", error=str(exc))
                 else:
                     handler = self._ddm_handlers.get(type(chunk))
@@ -943,14 +1050,22 @@ class SimVm:
             id=packet.id,
             chunk_type=type_name(chunk_type) if chunk_type >= 0 else "-",
             len=len(data),
+            answered=result is not None,
         )
-        if result is None:
-            # The handler returned nothing (or there is none, or it threw): ART 9+ without
-            # its agent writes nothing back (protocol.md 2.2); others write an empty reply.
-            if self.config.flavor == "modern" and not self._agent_loaded:
-                return
-            result = b""
-        await self._reply(conn, packet.id, result)
+        if result is not None:
+            await self._reply(conn, packet.id, result)
+            return
+        # The handler returned nothing, or there is none, or it threw, or the packet is
+        # malformed: protocol.md 2.2 says what each VM writes back then.
+        if self.config.flavor == "legacy":
+            await self._reply(conn, packet.id, b"")
+        elif not self._agent_loaded:
+            self._log.debug("sim.ddm_unanswered", id=packet.id)  # ART 9+: nothing at all
+        elif not framed:
+            # ART 9+ with its agent: a chunk running past the packet is a JDWP error.
+            await self._reply(conn, packet.id, b"", ErrorCode.INTERNAL)
+        else:
+            await self._reply(conn, packet.id, b"")
 
     async def _ddm_helo(self, conn: _Connection, chunk: Chunk) -> _DdmResult:
         if self._waiting:  # Debug.waitingForDebugger(): WAIT goes out while building HELO
@@ -1069,19 +1184,18 @@ class SimVm:
     # ----------------------------------------------------------------------------- heap
 
     def _heap_info(self, reason: int) -> bytes:
-        size = self.config.heap_mb << 20
-        since = max(0.0, trio.current_time() - self._last_gc)
-        # A sawtooth: about 55% live after a GC, growing with allocations until the next.
-        fill = min(0.95, 0.55 + 0.04 * since + 0.02 * self._rng.random())
-        allocated = int(size * fill)
+        """HPIF data for the heap as it is now: the very layout a segment dump would send."""
+        pieces = self._heap_pieces()
+        size = sum(p.units for p in pieces) * _UNIT
+        allocated = sum(p.used_units for p in pieces) * _UNIT
         entry = HeapInfoEntry(
             heap_id=_HEAP_ID,
             timestamp_ms=int(time.time() * 1000),
             reason=reason,
-            max_size=min(256 << 20, _U4_MASK),
+            max_size=min(max(256 << 20, size), _U4_MASK),
             size=size & _U4_MASK,
             bytes_allocated=allocated & _U4_MASK,
-            objects_allocated=allocated // 48,
+            objects_allocated=sum(p.objects for p in pieces) & _U4_MASK,
         )
         return encode_chunk(HeapInfo((entry,)))
 
@@ -1093,8 +1207,7 @@ class SimVm:
     async def _gc(self) -> None:
         async with self._gc_lock:  # one dump sequence at a time: HPST ... HPEN never interleave
             self._gcs += 1
-            self._last_gc = trio.current_time()
-            if self._heap is not None:
+            if self._heap is not None:  # built once someone asks for heap info or a dump
                 index = self._rng.randrange(len(self._heap))
                 _mutate_piece(self._rng, self._heap[index])
             conn = self._conn
@@ -1549,7 +1662,24 @@ async def _run_cli(configs: Sequence[SimConfig]) -> None:
         outer.cancel_scope.cancel()  # every VM exited
 
 
-@click.command("sim")
+def _parse_fail_types(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``--fail A,B --fail C`` -> ("A", "B", "C"), upper-cased, each checked, no repeats."""
+    names: list[str] = []
+    for value in values:
+        for raw in value.split(","):
+            name = raw.strip().upper()
+            try:
+                check_type_name(name)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+@click.command("sim", short_help="Run simulated DDM-speaking VMs for experiments and tests.")
 @click.option(
     "--port",
     "-p",
@@ -1576,7 +1706,23 @@ async def _run_cli(configs: Sequence[SimConfig]) -> None:
 )
 @click.option("--draft", is_flag=True, help="Use the 2007 draft chunk layouts.")
 @click.option("--wait", is_flag=True, help="Wait for a debugger (WAIT before the HELO reply).")
-@click.option("--flavor", type=click.Choice(["art", "modern"]), default="art", show_default=True)
+@click.option(
+    "--flavor",
+    type=click.Choice(FLAVORS),
+    default="art",
+    show_default=True,
+    help="art: Android 9-11, no reply when a handler returns nothing (until a debugger "
+    "attaches); legacy: Dalvik and Android 5-8, empty replies; modern: Android 12+, no thread "
+    "or heap handlers.",
+)
+@click.option(
+    "--fail",
+    "fail",
+    metavar="TYPE[,TYPE...]",
+    multiple=True,
+    callback=_parse_fail_types,
+    help="Refuse these request types with a FAIL chunk, e.g. --fail HPGC,HPSG.",
+)
 @click.option(
     "--apnm-delay",
     type=click.FloatRange(0),
@@ -1604,7 +1750,7 @@ async def _run_cli(configs: Sequence[SimConfig]) -> None:
 @click.option(
     "--ack-dbgd",
     is_flag=True,
-    help="Answer DBGD with a DBGD chunk (the draft's acknowledgement) instead of an empty reply.",
+    help="Answer DBGD with a DBGD chunk (the draft's acknowledgement), as no shipped VM does.",
 )
 def sim_command(
     port: int,
@@ -1623,6 +1769,7 @@ def sim_command(
     heap_mb: int,
     seed: int | None,
     ack_dbgd: bool,
+    fail: tuple[str, ...],
 ) -> None:
     """Run simulated DDM-speaking VMs on 127.0.0.1 until Ctrl-C or SIGTERM."""
     base = SimConfig(
@@ -1641,6 +1788,7 @@ def sim_command(
         heap_mb=heap_mb,
         seed=seed,
         ack_dbgd=ack_dbgd,
+        fail_types=fail,
     )
     try:
         configs = make_configs(base, count)

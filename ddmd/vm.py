@@ -34,12 +34,15 @@ import trio
 from ddmd.config import Config
 from ddmd.debugger import SLOW_CONSUMER, DebuggerSession
 from ddmd.discovery import Opener
+from ddmd.discovery.localproc import LocalProcess
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
+from ddmd.features import missing_sentence, silence_reason, words
 from ddmd.listeners import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
 from ddmd.ports import vm_key
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import ProtocolError, RemoteProtocolError
+from ddmd.protocol.expect import FEATURE_NAMES, Answer, Judgement, judge
 from ddmd.protocol.heap import HeapAssembler, HeapImage, HeapProblem, ProblemCode, SegmentKind
 from ddmd.protocol.idmap import IdRewriter
 from ddmd.protocol.jdwp import (
@@ -49,7 +52,6 @@ from ddmd.protocol.jdwp import (
     CommandPacket,
     CommandSet,
     ConnectionClosed,
-    ErrorCode,
     EventKind,
     Packet,
     PacketDecoder,
@@ -61,12 +63,15 @@ from ddmd.protocol.jdwp import (
     encode,
     encode_header,
 )
-from ddmd.registry import HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
+from ddmd.registry import GcOutcome, HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
 
 log = structlog.get_logger("ddmd.vm")
 
 RECEIVE_SIZE = 65536
 THREAD_LEASE_SECONDS = 5.0
+# A GC on a VM that reports no heap info can be confirmed only by an (empty) reply, which
+# Dalvik and ART 5-8 write at once and ART 9+ never writes: wait this long for one.
+QUIET_CONFIRM_SECONDS = 1.0
 
 # DDMS labels for THST status values (protocol.md 3.3).
 _STATE_LABELS = {
@@ -109,6 +114,19 @@ SELF = _Self()
 class _Waiter:
     event: trio.Event = field(default_factory=trio.Event)
     reply: ReplyPacket | None = None
+    # Requests answered by pushes or silence (protocol.md 2.2) are judged when their reply
+    # arrives: ``feature`` names what a FAIL or a JDWP error marks unsupported.
+    feature: str | None = None
+    judgement: Judgement | None = None
+
+    def refused(self) -> bool:
+        return self.judgement is not None and self.judgement.answer in (
+            Answer.FAILED,
+            Answer.REFUSED,
+        )
+
+    def succeeded(self) -> bool:
+        return self.judgement is not None and self.judgement.answer is Answer.DATA
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +216,10 @@ class VmActor:
         device: str | None = None,
         expected_pid: int | None = None,
         ports: VmPorts | None = None,
+        process: LocalProcess | None = None,
     ) -> None:
         self._vm_id = vm_id
+        self._process = process
         self._ports = ports
         self._source = source
         self._address = address
@@ -229,7 +249,13 @@ class VmActor:
         self._heaps: tuple[HeapInfoSnapshot, ...] = ()
         self._assembler = HeapAssembler()
         self._heap_images: tuple[HeapImage, ...] = ()
-        self._heap_dump_done = trio.Event()
+        # Pushes that complete a user's command: counted, and ``_progress`` wakes whoever
+        # waits for one (or for a reply to a request answered by pushes or silence).
+        self._progress = trio.Event()
+        self._heap_info_seq = 0
+        self._heap_end_seq = 0
+        self._heap_info_subscribed = False
+        self._segment_users = 0
         self._thread_lease_until = -math.inf
         self._thread_poll_wakeup = trio.Event()
         self._connected_at: float | None = None
@@ -271,14 +297,19 @@ class VmActor:
         threads: tuple[ThreadSnapshot, ...] | None = None
         if self._threads_known:
             threads = tuple(self._threads[k] for k in sorted(self._threads))
+        pid, app = self._pid, self._app
+        if self._process is not None and self._ddm is False:
+            # A plain JVM found by the port scan: named like jps does (pid, main class or jar).
+            pid = self._process.pid if pid is None else pid
+            app = self._process.name if app is None else app
         return VmSnapshot(
             id=self._vm_id,
             source=self._source,
             address=self._address,
             state=self._state,
             ddm=self._ddm,
-            pid=self._pid,
-            app=self._app,
+            pid=pid,
+            app=app,
             package=self._package,
             user_id=self._user_id,
             vm_ident=self._vm_ident,
@@ -300,6 +331,7 @@ class VmActor:
             ),
             current=self._registry.is_current(self._vm_id),
             connected_at=self._connected_at,
+            unsupported_reasons=tuple(sorted(self._unsupported.items())),
         )
 
     def statistics(self) -> VmStatistics:
@@ -325,9 +357,34 @@ class VmActor:
                 await self._poll_threads_once()
         return self.snapshot()
 
-    async def cause_gc(self) -> None:
+    async def cause_gc(self) -> GcOutcome:
+        """HPGC, answered by pushes or silence: done when the GC's heap info arrives, or the
+        VM's (empty) reply, which Dalvik and ART 5-8 write after the GC ran."""
         self._require_ddm("HPGC")
-        await self._request(ddm.GcRequest(), feature="HPGC")
+        seen = self._heap_info_seq
+        heap_info = self._config.monitor.heap_info and "HPIF" not in self._unsupported
+        if heap_info and not self._heap_info_subscribed:
+            await self._send_quiet(ddm.HeapInfoRequest(2), "HPIF")  # info at the next GC
+        gc = await self._send_quiet(ddm.GcRequest(), "HPGC")
+        # Without heap info, only an empty reply can confirm the GC: wait briefly for it.
+        patience = self._config.timeouts.ddm_request
+        if not heap_info:
+            patience = min(patience, QUIET_CONFIRM_SECONDS)
+        await self._wait_until(
+            lambda: self._heap_info_seq > seen or gc.succeeded(),
+            (gc,),
+            trio.current_time() + patience,
+        )
+        if self._heap_info_seq > seen:
+            return GcOutcome(confirmed=True, by="heap info")
+        if gc.succeeded():
+            return GcOutcome(confirmed=True, by="reply")
+        why = (
+            "it does not report heap information"
+            if "HPIF" in self._unsupported or not self._config.monitor.heap_info
+            else f"no heap information arrived within {patience:g} s"
+        )
+        return GcOutcome(confirmed=False, by=None, note=f"the VM gave no confirmation: {why}")
 
     async def stack_trace(self, thread_id: int) -> ddm.StackTrace:
         self._require_ddm("STKL")
@@ -335,23 +392,40 @@ class VmActor:
         for chunk in chunks:
             if isinstance(chunk, ddm.StackTrace):
                 return chunk
-        raise DdmFailed(f"the VM sent no stack trace for thread {thread_id}")
+        raise DdmFailed(f"{self._name()} sent no stack trace for thread {thread_id}")
 
     async def heap_segments(self) -> tuple[HeapImage, ...]:
+        """HPSG on, HPGC, then the HPST..HPEN dump the GC pushes (both requests are answered
+        by pushes or silence). Overlapping callers share the switch: it goes off again, in
+        the background, when the last of them is done."""
         self._require_ddm("HPSG")
-        self._heap_dump_done = trio.Event()
-        done = self._heap_dump_done
-        await self._request(ddm.HeapSegmentRequest(1, 0), feature="HPSG")
+        seen = self._heap_end_seq
+        patience = self._config.timeouts.ddm_request
+        self._segment_users += 1
         try:
-            await self._request(ddm.GcRequest(), feature="HPGC")
-            with trio.move_on_after(self._config.timeouts.ddm_request) as scope:
-                await done.wait()
-            if scope.cancelled_caught:
-                raise RequestTimedOut("no heap segment dump arrived after the GC")
+            waiters = (
+                await self._send_quiet(ddm.HeapSegmentRequest(1, 0), "HPSG"),
+                await self._send_quiet(ddm.GcRequest(), "HPGC"),
+            )
+            arrived = await self._wait_until(
+                lambda: self._heap_end_seq > seen, waiters, trio.current_time() + patience
+            )
         finally:
-            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, VmGone, DdmFailed):
-                await self._request(ddm.HeapSegmentRequest(0, 0), feature="HPSG")
+            self._segment_users -= 1
+            if self._segment_users == 0 and self._session_nursery is not None:
+                self._session_nursery.start_soon(self._segments_off)
+        if not arrived:
+            raise RequestTimedOut(
+                f"{self._name()} sent no heap segments within {patience:g} s of the GC"
+            )
         return self._heap_images
+
+    async def _segments_off(self) -> None:
+        if self._segment_users == 0 and self._conn is not None:
+            # Checked with no checkpoint before the send takes its place in the FIFO send
+            # lock, so a caller that switches segments on again is queued after this.
+            with contextlib.suppress(VmGone):
+                await self._send_quiet(ddm.HeapSegmentRequest(0, 0), "HPSG")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -475,6 +549,7 @@ class VmActor:
             waiter.event.set()
         self._waiters.clear()
         self._ids.drop_origin(SELF)
+        self._poke()
 
     async def _read_loop(self, stream: trio.abc.Stream, decoder: PacketDecoder) -> str:
         while True:
@@ -521,8 +596,7 @@ class VmActor:
             if pending.origin is SELF:
                 waiter = self._waiters.pop(packet.id, None)
                 if waiter is not None:
-                    waiter.reply = packet
-                    waiter.event.set()
+                    self._answer(waiter, packet)
                 return None
             if (pending.command_set, pending.command) == _ID_SIZES and not packet.error_code:
                 self._id_sizes = packet.data
@@ -610,10 +684,12 @@ class VmActor:
             if target.buffer is not None and target.header is not None:
                 waiter = self._waiters.pop(target.waiter_id, None)
                 if waiter is not None:
-                    waiter.reply = ReplyPacket(
-                        target.header.id, target.header.error_code, bytes(target.buffer)
+                    self._answer(
+                        waiter,
+                        ReplyPacket(
+                            target.header.id, target.header.error_code, bytes(target.buffer)
+                        ),
                     )
-                    waiter.event.set()
 
     def _on_push(self, chunk: ddm.Chunk) -> None:
         changed = True
@@ -647,6 +723,8 @@ class VmActor:
         elif isinstance(chunk, ddm.ThreadStatus | ddm.ThreadStatusDraft):
             self._apply_thread_status(chunk)
         elif isinstance(chunk, ddm.HeapInfo):
+            self._heap_info_seq += 1
+            self._poke()
             self._heaps = tuple(
                 HeapInfoSnapshot(
                     h.heap_id,
@@ -697,7 +775,8 @@ class VmActor:
             if not native:
                 others = tuple(i for i in self._heap_images if i.heap_id != image.heap_id)
                 self._heap_images = (*others, image)
-                self._heap_dump_done.set()
+                self._heap_end_seq += 1
+                self._poke()
         elif isinstance(chunk, ddm.UnknownChunk):
             if chunk.chunk_type not in self._unknown_logged:
                 self._unknown_logged.add(chunk.chunk_type)
@@ -771,21 +850,109 @@ class VmActor:
 
     # ------------------------------------------------------------------ requests
 
+    def _name(self) -> str:
+        return self.snapshot().display_name
+
+    def _missing(self, feature: str) -> str:
+        """The sentence a user reads when ``feature`` cannot be used on this VM."""
+        return missing_sentence(
+            self._name(), feature, self._unsupported.get(feature, ""), ddm=self._ddm
+        )
+
     def _require_ddm(self, feature: str) -> None:
         if self._ddm is False:
-            raise FeatureUnsupported(f"{self._vm_id} does not speak DDM, so it has no {feature}")
+            raise FeatureUnsupported(self._missing(feature))
         if self._conn is None:
-            raise VmGone(f"{self._vm_id} is not connected")
+            raise VmGone(f"{self._name()} is not connected")
         if feature in self._unsupported:
-            raise FeatureUnsupported(
-                f"{self._vm_id} does not support {feature}: {self._unsupported[feature]}"
-            )
+            raise FeatureUnsupported(self._missing(feature))
+        kind = ddm.ChunkType.__members__.get(feature)
+        needs = FEATURE_NAMES.get(kind) if kind is not None else None
+        if needs is not None and self._features and needs not in self._features:
+            self._mark_unsupported(feature, f"its feature list lacks {needs!r}")
+            raise FeatureUnsupported(self._missing(feature))
 
     def _mark_unsupported(self, feature: str, why: str) -> None:
         if feature not in self._unsupported:
             self._unsupported[feature] = why
-            self._log.info(Event.VM_FEATURE_UNSUPPORTED, feature=feature, reason=why)
+            self._log.info(
+                Event.VM_FEATURE_UNSUPPORTED, feature=feature, what=words(feature), reason=why
+            )
             self._registry.changed(self._vm_id)
+
+    def _poke(self) -> None:
+        """Something a waiter may be waiting for happened (a reply, a push, the end)."""
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _answer(self, waiter: _Waiter, reply: ReplyPacket) -> None:
+        """A reply to one of ddmd's own requests arrived (called from the reader)."""
+        waiter.reply = reply
+        waiter.event.set()
+        if waiter.feature is not None:
+            judgement = waiter.judgement = judge(reply)
+            if judgement.answer is Answer.DATA:
+                for chunk in judgement.chunks:  # the draft put HPIF data in the reply
+                    self._on_push(chunk)
+            elif judgement.answer is Answer.MALFORMED:
+                self._log.warning(
+                    Event.DDM_CHUNK_MALFORMED, feature=waiter.feature, error=judgement.reason
+                )
+            else:
+                verb = "it refused" if judgement.answer is Answer.FAILED else "it answered"
+                self._mark_unsupported(waiter.feature, f"{verb}: {judgement.reason}")
+        self._poke()
+
+    async def _send_quiet(self, chunk: ddm.Chunk, feature: str) -> _Waiter:
+        """Send a request answered by pushes or silence (protocol.md 2.2) and return at once.
+
+        A reply that comes before the deadline is judged when it arrives (a FAIL or a JDWP
+        error marks ``feature`` unsupported); silence until the deadline is success, and the
+        id is then forgotten. Callers that need the pushes wait with ``_wait_until``.
+        """
+        nursery = self._session_nursery
+        if self._conn is None or nursery is None:
+            raise VmGone(f"{self._name()} is not connected")
+        deadline = trio.current_time() + self._config.timeouts.ddm_request
+        packet = ddm.ddm_command(0, chunk)
+        vm_id = self._ids.allocate(SELF, 0, packet.command_set, packet.command, deadline)
+        waiter = _Waiter(feature=feature)
+        self._waiters[vm_id] = waiter
+        try:
+            await self._send_command(
+                CommandPacket(vm_id, packet.command_set, packet.command, packet.data)
+            )
+        except BaseException:
+            self._waiters.pop(vm_id, None)
+            self._ids.resolve(vm_id)
+            raise
+        nursery.start_soon(self._forget_quiet, vm_id, waiter, deadline)
+        return waiter
+
+    async def _forget_quiet(self, vm_id: int, waiter: _Waiter, deadline: float) -> None:
+        with trio.move_on_at(deadline):
+            await waiter.event.wait()
+        if self._waiters.get(vm_id) is waiter:  # silence: success, and the id is free again
+            del self._waiters[vm_id]
+            self._ids.resolve(vm_id)
+
+    async def _wait_until(
+        self, done: Callable[[], bool], waiters: Iterable[_Waiter], deadline: float
+    ) -> bool:
+        """Wait for ``done()``; False at the deadline. Raises FeatureUnsupported as soon as
+        one of ``waiters`` is refused (FAIL or a JDWP error), VmGone when the VM goes away."""
+        waiters = tuple(waiters)
+        with trio.move_on_at(deadline):
+            while True:
+                for waiter in waiters:
+                    if waiter.refused() and waiter.feature is not None:
+                        raise FeatureUnsupported(self._missing(waiter.feature))
+                if done():
+                    return True
+                if self._conn is None:
+                    raise VmGone(f"{self._name()} disconnected")
+                await self._progress.wait()
+        return False
 
     async def _send_command(self, packet: CommandPacket) -> None:
         conn = self._conn
@@ -815,21 +982,19 @@ class VmActor:
         if waiter.reply is not None:
             return waiter.reply
         if self._conn is None:
-            raise VmGone(f"{self._vm_id} disconnected while waiting for a reply")
+            raise VmGone(f"{self._name()} disconnected while waiting for a reply")
         self._timeouts += 1
-        raise RequestTimedOut(f"{self._vm_id} did not answer within {patience:g} s")
+        raise RequestTimedOut(f"{self._name()} did not answer within {patience:g} s")
 
     async def _request(
         self, chunk: ddm.Chunk, *, feature: str, patience: float | None = None
     ) -> tuple[ddm.Chunk, ...]:
-        """A DDM request; returns the reply's chunks (empty for an empty reply).
-
-        Timeouts and JDWP errors mark ``feature`` unsupported; FAIL raises DdmFailed.
-        """
+        """A request every DDM VM answers with a reply chunk (protocol.md 2.2); returns the
+        reply's chunks. No answer in time and a JDWP error are evidence that the VM lacks the
+        handler: ``feature`` is marked unsupported. A FAIL chunk refuses this one request
+        (e.g. a stack trace of a thread that has ended) and raises DdmFailed."""
         if feature in self._unsupported:
-            raise FeatureUnsupported(
-                f"{self._vm_id} does not support {feature}: {self._unsupported[feature]}"
-            )
+            raise FeatureUnsupported(self._missing(feature))
         timeout = self._config.timeouts.ddm_request if patience is None else patience
         packet = ddm.ddm_command(0, chunk)
         try:
@@ -838,23 +1003,18 @@ class VmActor:
             )
         except RequestTimedOut:
             self._log.info(Event.DDM_REQUEST_TIMED_OUT, feature=feature, timeout=timeout)
-            self._mark_unsupported(feature, f"no reply within {timeout:g} s")
+            self._mark_unsupported(feature, silence_reason(feature, timeout))
             raise
-        if reply.error_code:
-            name = _error_name(reply.error_code)
-            self._mark_unsupported(feature, f"JDWP error {reply.error_code} ({name})")
-            raise FeatureUnsupported(
-                f"{self._vm_id} answered {feature} with JDWP error {reply.error_code} ({name})"
-            )
-        try:
-            chunks = ddm.chunks_of(reply, ddm.Direction.FROM_VM)
-        except ProtocolError as exc:
-            self._log.warning(Event.DDM_CHUNK_MALFORMED, feature=feature, error=str(exc))
-            raise DdmFailed(f"{self._vm_id} sent a malformed {feature} reply: {exc}") from exc
-        for c in chunks:
-            if isinstance(c, ddm.Fail):
-                raise DdmFailed(f"{feature} failed on {self._vm_id}: {c.message} (code {c.code})")
-        return chunks
+        judgement = judge(reply)
+        if judgement.answer is Answer.REFUSED:
+            self._mark_unsupported(feature, f"it answered: {judgement.reason}")
+            raise FeatureUnsupported(self._missing(feature))
+        if judgement.answer is Answer.MALFORMED:
+            self._log.warning(Event.DDM_CHUNK_MALFORMED, feature=feature, error=judgement.reason)
+            raise DdmFailed(f"{self._name()} sent a malformed answer ({judgement.reason})")
+        if judgement.answer is Answer.FAILED:
+            raise DdmFailed(f"{self._name()} could not give {words(feature)}: {judgement.reason}")
+        return judgement.chunks
 
     # ------------------------------------------------------------------ identification
 
@@ -913,16 +1073,39 @@ class VmActor:
                 if isinstance(chunk, ddm.FeatReply):
                     self._features = chunk.features
             self._registry.changed(self._vm_id)
-        with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
-            await self._request(ddm.ThreadNotify(True), feature="THEN")
-        if self._config.monitor.heap_info:
-            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
-                await self._request(ddm.HeapInfoRequest(3), feature="HPIF")
-                # Shipped VMs push the HPIF data before an empty reply; the 2007 draft put
-                # it in the reply itself (protocol.md 3.4). Take it from either.
-                for chunk in await self._request(ddm.HeapInfoRequest(1), feature="HPIF"):
-                    if isinstance(chunk, ddm.HeapInfo):
-                        self._on_push(chunk)
+        with contextlib.suppress(VmGone):
+            # Answered by the THCR burst, then an empty reply or (ART 9+) nothing at all.
+            await self._send_quiet(ddm.ThreadNotify(True), "THEN")
+        if self._config.monitor.heap_info and self._session_nursery is not None:
+            self._session_nursery.start_soon(self._probe_heap_info)
+
+    async def _probe_heap_info(self) -> None:
+        """Heap info at every GC (HPIF 3), and now (HPIF 1). Both are answered by pushes or
+        silence; but HPIF 1 always produces a push where the VM has the handler (the 2007 draft
+        put the data in the reply: taken from either). No data at all is the evidence that the
+        VM lacks heap info, and with it heap segments: Android 12 removed both hooks together
+        (protocol.md 3.8)."""
+        seen = self._heap_info_seq
+        patience = self._config.timeouts.ddm_request
+        try:
+            await self._send_quiet(ddm.HeapInfoRequest(3), "HPIF")
+            self._heap_info_subscribed = True
+            now = await self._send_quiet(ddm.HeapInfoRequest(1), "HPIF")
+            # Pushes come before the reply, so a reply without a push ends the wait too.
+            await self._wait_until(
+                lambda: self._heap_info_seq > seen or now.judgement is not None,
+                (now,),
+                trio.current_time() + patience,
+            )
+        except (FeatureUnsupported, VmGone):
+            self._heap_info_subscribed = False
+            return
+        if self._heap_info_seq == seen:
+            self._heap_info_subscribed = False
+            self._mark_unsupported("HPIF", silence_reason("HPIF", patience))
+            self._mark_unsupported(
+                "HPSG", "it reports no heap information; Android 12 removed both"
+            )
 
     def _apply_hello(self, hello: ddm.HeloReply) -> None:
         if self._expected_pid is not None and hello.pid != self._expected_pid:
@@ -1126,11 +1309,19 @@ class VmActor:
         if self._ddm is True and self._conn is not None:
             self._log.info(Event.DDM_DBGD_SENT, after=reason)
             acknowledged = False
-            with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed, VmGone):
-                chunks = await self._request(
-                    ddm.Dbgd(), feature="DBGD", patience=self._config.timeouts.dbgd_ack
+            with contextlib.suppress(FeatureUnsupported, VmGone):
+                dbgd = await self._send_quiet(ddm.Dbgd(), "DBGD")
+                await self._wait_until(
+                    lambda: dbgd.judgement is not None,
+                    (dbgd,),
+                    trio.current_time() + self._config.timeouts.dbgd_ack,
                 )
-                acknowledged = any(isinstance(c, ddm.Dbgd) for c in chunks)
+                answer = dbgd.judgement
+                acknowledged = (
+                    answer is not None
+                    and answer.answer is Answer.DATA
+                    and any(isinstance(c, ddm.Dbgd) for c in answer.chunks)
+                )
             if acknowledged and self._conn is not None:
                 self._log.info(Event.DDM_DBGD_ACKNOWLEDGED)
                 self._releasing = False
@@ -1150,13 +1341,6 @@ class VmActor:
             "reconnects": self._reconnects,
             "slow_debuggers": self._slow_debuggers,
         }
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return "UNKNOWN"
 
 
 def _read_jstring(data: bytes) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import sys
 import types
@@ -10,8 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddmd import __version__, cli, logs
-from ddmd.cli import main
+from ddmd import __version__, cli, instance, logs
+from ddmd.cli import EXIT_ALREADY_RUNNING, main
+from ddmd.config import load_config
 from ddmd.errors import PortInUse
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
@@ -19,10 +22,14 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
-    """No real user config, no real adb port: each test sees an empty home."""
+    """No real user config, no real adb port: each test sees an empty home. Lock files go to
+    a runtime directory of the test's own, and a ddmd the developer runs on 8710 does not
+    count as "already running" (tests that want one say so)."""
     for name in ("DDMD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "ANDROID_ADB_SERVER_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(instance, "probe", lambda host, port, token: None)
     yield
     logs.reset()
 
@@ -63,6 +70,23 @@ def test_help_lists_commands(runner):
     assert result.exit_code == 0
     assert "check-config" in result.output
     assert "run" in result.output
+
+
+def test_help_shows_every_command_with_a_whole_one_line_summary(runner):
+    result = runner.invoke(main, ["--help"], terminal_width=80)
+    assert result.exit_code == 0
+    section = result.output.split("Commands:\n", 1)[1].splitlines()
+    assert not [line for line in section if "..." in line]  # no summary cut short
+    rows = [re.fullmatch(r"  (\S+) +(\S.*)", line) for line in section if line.strip()]
+    assert all(rows), section  # no wrapped continuation lines: one line per command
+    summaries = {row[1]: row[2] for row in rows if row}
+    listed = {name for name, command in main.commands.items() if not command.hidden}
+    assert set(summaries) == listed
+    assert {"check-config", "run", "demo", "clients", "devices", "threads", "sim"} <= listed
+    for name, summary in summaries.items():
+        # A sentence that says what the command does, starting with its verb.
+        assert summary[0].isupper(), (name, summary)
+        assert summary.endswith((".", ")")), (name, summary)
 
 
 # --- check-config
@@ -268,3 +292,115 @@ def test_error_tree_and_messages():
     rejected = errors.DebuggerRejected("a debugger is already attached", vm="3", port=8601)
     assert rejected.reason == "a debugger is already attached"
     assert "port=8601" in str(rejected)
+
+
+# --- every problem of a config file
+
+
+# Five problems: an unknown key, a wrong type, a port range holding the current-VM port, a
+# non-loopback host without permission, an out-of-range value.
+MANY_PROBLEMS = (
+    '[scan]\nprots = "8000-8040"\ninterval = "fast"\n'
+    '[debugger]\nports = "8690-8705"\n'
+    '[control]\nhost = "0.0.0.0"\n'
+    "[limits]\nmax_vms = 0\n"
+)
+MANY_EXPECTED = (
+    "[scan] prots = '8000-8040': unknown key; did you mean 'ports'?",
+    "[scan] interval = 'fast': expected a number of seconds, got a string",
+    "[control] host = '0.0.0.0': not a loopback address",
+    "[limits] max_vms = 0: must be >= 1",
+    "[debugger] current_port = 8700: inside [debugger] ports (8690-8705)",
+)
+
+
+def assert_every_problem(command: str, stderr: str, file: Path) -> None:
+    lines = stderr.splitlines()
+    assert lines[-1] == f"ddmd {command}: {len(MANY_EXPECTED)} problems in {file}"
+    problems = lines[-1 - len(MANY_EXPECTED) : -1]
+    for line, expected in zip(problems, MANY_EXPECTED, strict=True):
+        assert line.startswith(f"ddmd {command}: {file}: {expected}"), (line, expected)
+
+
+def test_check_config_lists_every_problem(runner, tmp_path):
+    file = tmp_path / "many.toml"
+    file.write_text(MANY_PROBLEMS)
+    result = runner.invoke(main, ["check-config", str(file)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == len(MANY_EXPECTED) + 1
+    assert_every_problem("check-config", result.stderr, file)
+
+
+def test_run_lists_every_problem_and_starts_nothing(runner, monkeypatch, tmp_path):
+    file = tmp_path / "many.toml"
+    file.write_text(MANY_PROBLEMS)
+    started = []
+
+    async def run(config):
+        started.append(config)
+
+    fake_daemon(monkeypatch, run)
+    result = runner.invoke(main, ["run", "--config", str(file)])
+    assert result.exit_code == 2
+    assert_every_problem("run", result.stderr, file)
+    assert started == []
+
+
+# --- a second daemon
+
+
+def control_config(tmp_path: Path, port: int) -> Path:
+    file = tmp_path / f"control-{port}.toml"
+    file.write_text(f"[control]\nport = {port}\n")
+    return file
+
+
+def test_run_refuses_while_another_holds_the_control_address(runner, monkeypatch, tmp_path):
+    file = control_config(tmp_path, 9712)
+    started = []
+
+    async def run(config):
+        started.append(config)
+
+    fake_daemon(monkeypatch, run)
+    with instance.claim(load_config(file)):  # as a running daemon holds it
+        result = runner.invoke(main, ["run", "--config", str(file)])
+    assert result.exit_code == EXIT_ALREADY_RUNNING == 4
+    assert result.stderr.splitlines()[-1].startswith(
+        f"ddmd run: ddmd is already running (pid {os.getpid()}, control 127.0.0.1:9712); "
+    )
+    assert started == []
+    # Another control port is another daemon; and once the first is gone, the start goes on.
+    other = control_config(tmp_path, 9713)
+    assert runner.invoke(main, ["run", "--config", str(other)]).exit_code == 0
+    assert runner.invoke(main, ["run", "--config", str(file)]).exit_code == 0
+    assert [c.control.port for c in started] == [9713, 9712]
+
+
+def test_demo_refuses_when_a_ddmd_answers_at_the_control_address(runner, monkeypatch, tmp_path):
+    asked = []
+
+    def answering(host, port, token):
+        asked.append((host, port))
+        return instance.Running(pid=4321)
+
+    monkeypatch.setattr(instance, "probe", answering)
+    demos = []
+    module = types.ModuleType("ddmd.demo")
+
+    async def run_demo(config):
+        demos.append(config)
+
+    module.run_demo = run_demo  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ddmd.demo", module)
+    result = runner.invoke(main, ["demo"])
+    assert result.exit_code == EXIT_ALREADY_RUNNING
+    last = result.stderr.splitlines()[-1]
+    assert "ddmd demo: ddmd is already running (pid 4321, control 127.0.0.1:8710)" in last
+    assert asked == [("127.0.0.1", 8710)]
+    assert demos == []  # no simulated VM was started
+    # The refused start left no lock behind.
+    monkeypatch.setattr(instance, "probe", lambda host, port, token: None)
+    assert runner.invoke(main, ["demo"]).exit_code == 0
+    assert len(demos) == 1

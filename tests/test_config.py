@@ -19,7 +19,7 @@ from ddmd.config import (
     load_config,
     parse_config,
 )
-from ddmd.errors import ConfigError, DdmdError, format_key
+from ddmd.errors import ConfigError, ConfigProblems, DdmdError, format_key
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config.example.toml"
@@ -682,3 +682,106 @@ def test_random_documents_only_raise_config_error(data, env):
         assert "\n" not in text
     else:
         assert isinstance(config, Config)
+
+
+# --- every problem at once
+
+
+MANY_PROBLEMS = (
+    "[sacn]\n"
+    '[scan]\nprots = "8000-8040"\ninterval = "fast"\n'
+    '[debugger]\nports = "8690-8705"\nqueue_packets = 0\n'
+    '[control]\nhost = "0.0.0.0"\n'
+    '[log]\nlevel = "loud"\n'
+)
+
+
+def test_a_file_with_many_problems_reports_every_one(tmp_path):
+    file = tmp_path / "many.toml"
+    file.write_text(MANY_PROBLEMS)
+    with pytest.raises(ConfigProblems) as info:
+        load_config(file, env=ENV)
+    err = info.value
+    shown = [(p.key, str(p)) for p in err.problems]
+    assert [key for key, _ in shown] == [
+        "sacn",  # unknown section
+        "scan.prots",  # unknown key
+        "scan.interval",  # wrong type
+        "debugger.queue_packets",  # out of range
+        "control.host",  # not loopback without [security] allow_non_loopback
+        "log.level",  # not one of the choices
+        "debugger.current_port",  # across keys: inside the debugger port range
+    ]
+    for key, text in shown:
+        assert text.startswith(f"{file}: {format_key(key)}"), text
+        assert "\n" not in text
+    texts = dict(shown)
+    assert "did you mean 'scan'" in texts["sacn"]
+    assert "[scan] prots = '8000-8040': unknown key; did you mean 'ports'" in texts["scan.prots"]
+    assert "interval = 'fast': expected a number of seconds" in texts["scan.interval"]
+    assert "queue_packets = 0: must be >= 1" in texts["debugger.queue_packets"]
+    assert "host = '0.0.0.0': not a loopback address" in texts["control.host"]
+    assert "allow_non_loopback = true" in texts["control.host"]
+    assert "level = 'loud': must be one of" in texts["log.level"]
+    assert (
+        "current_port = 8700: inside [debugger] ports (8690-8705)" in texts["debugger.current_port"]
+    )
+    # Still a ConfigError, reading as the first problem plus a count, on one line.
+    assert isinstance(err, ConfigError)
+    assert (err.path, err.key) == (str(file), "sacn")
+    assert str(err) == f"{err.problems[0]} (and 6 more problems)"
+
+
+def test_a_single_problem_is_a_plain_config_error():
+    with pytest.raises(ConfigError) as info:
+        parse({"scan": {"ports": "9000-8000"}})
+    assert type(info.value) is ConfigError
+    assert info.value.problems == (info.value,)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        # A key with a problem of its own is not used again by the checks across keys.
+        ({"scan": {"interval": -1, "backoff_max": 1}}, "scan.interval"),
+        ({"debugger": {"ports": "nope"}, "control": {"port": 8650}}, "debugger.ports"),
+        (
+            {"debugger": {"current_port": "x"}, "scan": {"ports": "8700-8705"}},
+            "debugger.current_port",
+        ),
+        (
+            {"security": {"allow_non_loopback": "yes"}, "control": {"host": "0.0.0.0"}},
+            "security.allow_non_loopback",
+        ),
+        ({"scan": {"enabled": "no", "ports": "8600-8700"}}, "scan.enabled"),
+        ({"debugger": 5, "control": {"port": 8711}}, "debugger"),
+    ],
+)
+def test_one_mistake_is_reported_once(data, key):
+    with pytest.raises(ConfigError) as info:
+        parse(data)
+    assert [p.key for p in info.value.problems] == [key]
+
+
+def test_problems_in_different_sections_are_all_found():
+    with pytest.raises(ConfigProblems) as info:
+        parse(
+            {
+                "adb": {"enabled": "sometimes", "port": 0},
+                "timeouts": {"connect": 0, "adb": "5"},
+                "limits": {"max_vms": True},
+                "scan": {"ports": "8700-8710"},  # includes current_port and control port
+            }
+        )
+    assert [p.key for p in info.value.problems] == [
+        "adb.enabled",
+        "adb.port",
+        "timeouts.connect",
+        "timeouts.adb",
+        "limits.max_vms",
+        "scan.ports",
+        "scan.ports",
+    ]
+    texts = [str(p) for p in info.value.problems]
+    assert "includes [debugger] current_port (8700)" in texts[-2]
+    assert "includes [control] port (8710)" in texts[-1]

@@ -16,12 +16,17 @@ import trio
 from structlog.testing import capture_logs
 
 from ddmd import ports as ports_module
-from ddmd.config import PortRange
+from ddmd.config import PortRange, parse_config
+from ddmd.daemon import forget_old_ports
+from ddmd.errors import ConfigError, TargetError
 from ddmd.listeners import VmPorts
 from ddmd.ports import MAX_ENTRIES, PortBook, vm_key
 from tests.actors.rawpeers import free_port_range
+from tests.control.fakes import FakeVm, make_registry
 
 RANGE = PortRange(9000, 9009)
+T0 = 1_714_564_800.0  # 2024-05-01T12:00:00Z
+DAY = 86400.0
 
 
 def first(book: PortBook, key: str, in_use: set[int] | None = None) -> int:
@@ -138,11 +143,15 @@ def test_entries_outside_the_range_or_malformed_are_ignored(tmp_path: Path) -> N
 
 def test_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ports.json"
-    book = PortBook(path, RANGE)
+    book = PortBook(path, RANGE, clock=lambda: T0)
     book.record("local|a", 9000)
     book.save()
     before = path.read_bytes()
-    assert json.loads(before) == {"version": 1, "ports": {"local|a": 9000}}
+    assert json.loads(before) == {
+        "version": 1,
+        "ports": {"local|a": 9000},
+        "last_seen": {"local|a": "2024-05-01T12:00:00Z"},
+    }
     assert os.listdir(tmp_path) == ["ports.json"]  # no temp file left behind
 
     def broken_replace(src: str, dst: str) -> None:
@@ -209,3 +218,243 @@ async def test_vm_ports_skip_a_port_held_by_another_program(tmp_path: Path) -> N
         ("local|a", mid),
         ("local|b", high),
     ]
+
+
+# ------------------------------------------------------------------------------ last seen, expiry
+
+
+class Clock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def seen(book: PortBook) -> dict[str, float]:
+    return {e.key: e.last_seen for e in book.entries()}
+
+
+def test_old_format_file_counts_as_seen_when_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "ports.json"
+    path.write_text(json.dumps({"version": 1, "ports": {"local|a": 9000, "emu|b": 9001}}))
+    clock = Clock(T0 + 5 * DAY)
+    book = PortBook(path, RANGE, clock=clock)
+    assert book.problems == []
+    assert seen(book) == {"local|a": T0 + 5 * DAY, "emu|b": T0 + 5 * DAY}
+    clock.now += 29 * DAY
+    assert book.expire(30 * DAY) == []
+    clock.now += 2 * DAY
+    assert [e.key for e in book.expire(30 * DAY)] == ["local|a", "emu|b"]
+    assert book.items() == []
+
+
+def test_last_seen_is_saved_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "ports.json"
+    clock = Clock()
+    book = PortBook(path, RANGE, clock=clock)
+    book.record("local|a", 9000)
+    clock.now += 3 * DAY
+    book.record("emu|b", 9001)
+    book.save()
+    data = json.loads(path.read_text())
+    assert data["last_seen"] == {"local|a": "2024-05-01T12:00:00Z", "emu|b": "2024-05-04T12:00:00Z"}
+    clock.now += 100 * DAY  # the load time does not matter for entries that have a time
+    assert seen(PortBook(path, RANGE, clock=clock)) == {"local|a": T0, "emu|b": T0 + 3 * DAY}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2024-05-01T12:00:00Z", T0),
+        ("2024-05-01T14:00:00+02:00", T0),
+        (T0 - DAY, T0 - DAY),  # epoch seconds are read too
+        (int(T0), T0),
+        ("2024-05-01T12:00:00", None),  # no zone: unknown
+        ("yesterday", None),
+        (True, None),
+        (None, None),
+        (1e300, None),
+        ([1], None),
+    ],
+)
+def test_unreadable_times_count_as_seen_when_loaded(
+    tmp_path: Path, value: object, expected: float | None
+) -> None:
+    path = tmp_path / "ports.json"
+    path.write_text(
+        json.dumps({"version": 1, "ports": {"local|a": 9000}, "last_seen": {"local|a": value}})
+    )
+    book = PortBook(path, RANGE, clock=Clock(T0 + 10 * DAY))
+    assert book.problems == []
+    assert seen(book) == {"local|a": T0 + 10 * DAY if expected is None else expected}
+
+
+def test_a_bad_last_seen_object_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "ports.json"
+    path.write_text(json.dumps({"version": 1, "ports": {"local|a": 9000}, "last_seen": [1]}))
+    book = PortBook(path, RANGE, clock=Clock(T0))
+    assert book.items() == [("local|a", 9000)]
+    assert seen(book) == {"local|a": T0}
+
+
+def test_expire_drops_only_entries_older_than_the_limit() -> None:
+    clock = Clock()
+    book = PortBook(None, RANGE, clock=clock)
+    book.record("local|old", 9000)
+    clock.now += 10 * DAY
+    book.record("local|newer", 9001)
+    clock.now += 10 * DAY
+    book.record("local|connected", 9002)
+    clock.now += 21 * DAY  # old: 41 days, newer: 31, connected: 21 (but connected now)
+    dropped = book.expire(30 * DAY, keep={"local|old"})
+    assert [(e.key, e.port, e.last_seen) for e in dropped] == [("local|newer", 9001, T0 + 10 * DAY)]
+    assert [k for k, _ in book.items()] == ["local|old", "local|connected"]
+    # "connected" is exactly 30 days old now: not more than the limit, kept.
+    clock.now = T0 + 20 * DAY + 30 * DAY
+    assert [e.key for e in book.expire(30 * DAY)] == ["local|old"]
+    assert [k for k, _ in book.items()] == ["local|connected"]
+    with pytest.raises(ValueError, match="positive"):
+        book.expire(0)
+
+
+def test_touch_and_sweep_keep_connected_apps() -> None:
+    clock = Clock()
+    book = PortBook(None, RANGE, clock=clock)
+    book.record("local|a", 9000)
+    book.record("local|b", 9001)
+    clock.now += 40 * DAY
+    dropped = book.sweep(30 * DAY, connected=["local|a", "local|unknown"])
+    assert [e.key for e in dropped] == ["local|b"]
+    assert seen(book) == {"local|a": T0 + 40 * DAY}  # seen now; unknown keys are not added
+    book.touch(["local|a"])
+    assert book.items() == [("local|a", 9000)]
+
+
+def test_forget_and_resolve() -> None:
+    book = PortBook(None, RANGE, clock=Clock())
+    book.record("emulator-5554|com.example.mail", 9000)
+    book.record("R58M|com.example.mail", 9001)
+    book.record("local|com.example.other", 9002)
+    assert book.resolve("com.example.other").key == "local|com.example.other"
+    assert book.resolve("R58M|com.example.mail").port == 9001  # the whole key
+    assert book.resolve("com.example.mail", device="emulator-5554").port == 9000
+    with pytest.raises(TargetError) as err:
+        book.resolve("com.example.mail")
+    assert err.value.ambiguous
+    assert err.value.candidates == (
+        "emulator-5554|com.example.mail (port 9000)",
+        "R58M|com.example.mail (port 9001)",
+    )
+    with pytest.raises(TargetError) as err:
+        book.resolve("mail")  # no guessing for a removal: names are exact
+    assert not err.value.ambiguous
+    assert err.value.message == "no remembered debugger port for 'mail'"
+    assert len(err.value.candidates) == 3
+    with pytest.raises(TargetError, match="on device R58M"):
+        book.resolve("com.example.other", device="R58M")
+    forgotten = book.forget("local|com.example.other")
+    assert forgotten is not None
+    assert forgotten.port == 9002
+    assert book.forget("local|com.example.other") is None
+    assert [k for k, _ in book.items()] == [
+        "emulator-5554|com.example.mail",
+        "R58M|com.example.mail",
+    ]
+
+
+def test_entry_json() -> None:
+    book = PortBook(None, RANGE, clock=Clock())
+    book.record("emulator-5554|com.example.mail", 9000)
+    (entry,) = book.entries()
+    assert entry.to_json(in_use=True, vm="emulator-5554/1234") == {
+        "key": "emulator-5554|com.example.mail",
+        "device": "emulator-5554",
+        "app": "com.example.mail",
+        "port": 9000,
+        "last_seen": "2024-05-01T12:00:00Z",
+        "in_use": True,
+        "vm": "emulator-5554/1234",
+    }
+
+
+# ------------------------------------------------------------------------------ the daily clean-up
+
+
+class FakeOwner:
+    """Stands in for VmPorts: the book, and a count of saves."""
+
+    def __init__(self, book: PortBook) -> None:
+        self.book = book
+        self.saves = 0
+
+    async def save(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.saves += 1
+
+
+async def test_forget_old_ports_runs_once_a_day(autojump_clock: trio.testing.MockClock) -> None:
+    # The book's wall clock moves with trio's virtual clock: no real waiting.
+    book = PortBook(None, RANGE, clock=lambda: T0 + trio.current_time())
+    book.record("emu|com.example.gone", 9000)
+    book.record("emu|com.example.running", 9001)
+    owner = FakeOwner(book)
+    running = FakeVm.android("emu/1", app="com.example.running", package="com.example.running")
+    registry = make_registry(running)
+    with capture_logs() as logs, trio.fail_after(100 * DAY):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(forget_old_ports, owner, registry, 30 * DAY)
+            await trio.sleep(29.5 * DAY)
+            assert [k for k, _ in book.items()] == [
+                "emu|com.example.gone",
+                "emu|com.example.running",
+            ]
+            await trio.sleep(DAY)  # the sweep after day 30 finds "gone" 30 days old: kept
+            assert len(book.items()) == 2
+            await trio.sleep(DAY)  # day 31: dropped; the running app is kept and was seen
+            assert book.items() == [("emu|com.example.running", 9001)]
+            assert book.entries()[0].last_seen == T0 + 31 * DAY
+            nursery.cancel_scope.cancel()
+    assert owner.saves == 31  # every sweep saw a connected app: its time was saved
+    (forgotten,) = [e for e in logs if e["event"] == "ports.forgotten"]
+    assert forgotten["key"] == "emu|com.example.gone"
+    assert forgotten["port"] == 9000
+    assert forgotten["last_seen"] == "2024-05-01T12:00:00Z"
+
+
+async def test_forget_old_ports_saves_at_once_after_dropping_at_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    owner = FakeOwner(PortBook(None, RANGE))
+    with trio.move_on_after(1):
+        await forget_old_ports(owner, make_registry(), 30 * DAY, True)
+    assert owner.saves == 1
+
+
+# ------------------------------------------------------------------------------ the config key
+
+
+def test_forget_after_days_default_and_value() -> None:
+    assert parse_config({}, source="t", env={}).debugger.forget_after_days == 30
+    data = {"debugger": {"forget_after_days": 7}}
+    assert parse_config(data, source="t", env={}).debugger.forget_after_days == 7
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "must be >= 1"),
+        (-3, "must be >= 1"),
+        (1.5, "expected an integer, got a float"),
+        ("30", "expected an integer, got a string"),
+        (True, "expected an integer, got a boolean"),
+    ],
+)
+def test_forget_after_days_must_be_a_positive_integer(value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"debugger": {"forget_after_days": value}}, source="cfg.toml", env={})
+    assert err.value.key == "debugger.forget_after_days"
+    assert message in str(err.value)
+    assert str(err.value).startswith("cfg.toml: [debugger] forget_after_days = ")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import trio
 
+from ddmd.discovery.localproc import LocalProcess
+
 # Opens a fresh connection to the same VM (handshake done); returns the stream and any bytes
 # received after the handshake. Used to reconnect after a debugger leaves.
 Opener = Callable[[], Awaitable[tuple[trio.abc.Stream, bytes]]]
@@ -28,6 +30,7 @@ class VmFound:
     key: object  # what the discoverer uses to recognise this VM again (port, (serial, pid))
     device: str | None = None
     pid: int | None = None
+    process: LocalProcess | None = None  # the local process listening (port scan, Linux)
 
 
 @dataclass(frozen=True, slots=True)

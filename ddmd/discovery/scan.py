@@ -6,26 +6,39 @@ connection is handed over as the VM's connection (a plain JVM accepts only one).
 listener is not JDWP (wrong handshake, silence, reset) is backed off exponentially up to
 ``backoff_max`` and logged once, not at every scan. Refused connections are normal (nothing
 listens there) and are neither logged nor backed off.
+
+Each VM found is also looked up in ``/proc`` (``localproc.find_listener``: the process holding
+the other end of the probe's connection, its pid and ``jps``-style name), in a worker thread and
+within ``PROCESS_LOOKUP_TIMEOUT``: a slow ``/proc`` costs the VM its pid and name, never the
+discovery.
 """
 
 from __future__ import annotations
 
 import errno
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 import trio
 
 from ddmd.config import Config
 from ddmd.discovery import VmFound
+from ddmd.discovery.localproc import LocalProcess, find_listener
 from ddmd.logs import Event
 from ddmd.protocol.jdwp import HANDSHAKE
 
 log = structlog.get_logger("ddmd.scan")
 
 PROBE_CONCURRENCY = 16
+PROCESS_LOOKUP_TIMEOUT = 0.5  # seconds to find a VM's local process in /proc
+PROCESS_LOOKUP_THREADS = 2  # /proc scans at once (each reads every process's fd table)
+
+# find_listener's signature: (host, port, *, client, give_up_at) -> the process or None.
+ProcessLookup = Callable[..., LocalProcess | None]
 
 
 class NotJdwp(Exception):
@@ -69,10 +82,18 @@ class _Backoff:
 class PortScanner:
     """The scan loop. ``held`` tells which ports already have a VM (owned by the supervisor)."""
 
-    def __init__(self, config: Config, held: Callable[[], set[int]]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        held: Callable[[], set[int]],
+        *,
+        lookup: ProcessLookup = find_listener,
+    ) -> None:
         self._config = config
         self._held = held
         self._backoff: dict[int, _Backoff] = {}
+        self._lookup = lookup
+        self._lookup_limiter = trio.CapacityLimiter(PROCESS_LOOKUP_THREADS)
         self.probes = 0
 
     async def run(self, send: trio.MemorySendChannel[VmFound]) -> None:
@@ -129,6 +150,13 @@ class PortScanner:
         async def reopen() -> tuple[trio.abc.Stream, bytes]:
             return await open_jdwp(host, port, self._config)
 
+        try:
+            process = await self._local_process(stream, host, port)
+        except BaseException:  # cancelled (the daemon stops): the probe's connection goes too
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await stream.aclose()
+            raise
         found = VmFound(
             vm_id=f"tcp:{port}",
             source="tcp",
@@ -137,6 +165,7 @@ class PortScanner:
             leftover=leftover,
             opener=reopen,
             key=port,
+            process=process,
         )
         try:
             await send.send(found)
@@ -144,6 +173,33 @@ class PortScanner:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await stream.aclose()
+
+    async def _local_process(
+        self, stream: trio.abc.Stream, host: str, port: int
+    ) -> LocalProcess | None:
+        """The process serving the probe's connection (pid, jps-style name); None when it
+        cannot be found within PROCESS_LOOKUP_TIMEOUT (the thread then stops by itself)."""
+        client: tuple[str, int] | None = None
+        if isinstance(stream, trio.SocketStream):
+            try:
+                # Numeric addresses, even when the scan host is a name.
+                host, port = stream.socket.getpeername()[:2]
+                local_host, local_port = stream.socket.getsockname()[:2]
+                client = (local_host, local_port)
+            except OSError:
+                pass  # already closed by the peer: the LISTEN socket may still tell
+        lookup = partial(
+            self._lookup,
+            host,
+            port,
+            client=client,
+            give_up_at=time.monotonic() + PROCESS_LOOKUP_TIMEOUT,
+        )
+        with trio.move_on_after(PROCESS_LOOKUP_TIMEOUT):
+            return await trio.to_thread.run_sync(
+                lookup, abandon_on_cancel=True, limiter=self._lookup_limiter
+            )
+        return None
 
     def _not_jdwp(self, port: int, why: str) -> None:
         state = self._backoff.setdefault(port, _Backoff())

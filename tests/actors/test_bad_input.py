@@ -18,6 +18,8 @@ from ddmd.protocol.ddm import (
     ChunkType,
     FeatReply,
     HeapEnd,
+    HeapInfo,
+    HeapInfoEntry,
     HeapSegment,
     HeapStart,
     encode_chunk,
@@ -231,7 +233,8 @@ async def test_malformed_helo_reply(reply: bytes, tmp_path) -> None:
             assert "HELO" in malformed["error"]
             assert "past the end" in malformed["error"]
             failed = await h.wait_event("vm.hello_failed", vm=vm_id(bad_port))
-            assert "malformed HELO" in failed["error"]
+            assert "malformed answer" in failed["error"]
+            assert "HELO" in failed["error"]  # the parser's detail, for the log
             # The VM is kept (still debuggable) and nothing crashed.
             vm = await h.wait_vm(vm_id(bad_port), lambda v: v["state"] == "ready")
             assert vm["pid"] is None
@@ -253,16 +256,22 @@ async def test_heap_segments_that_do_not_add_up(tmp_path) -> None:
             await conn.push(encode_chunk(chunk))
         await conn.reply(packet.id)
 
+    async def heap_info(conn: PeerConnection, packet: CommandPacket, data: bytes) -> None:
+        if data[:1] == b"\x01":  # "now": pushed, then (ART 9+) no reply
+            entry = HeapInfoEntry(1, 1_700_000_000_000, 1, 1 << 20, 1 << 20, 40, 2)
+            await conn.push(encode_chunk(HeapInfo((entry,))))
+
     handlers: dict[int, Any] = {
         HELO: reply_with(helo_chunk(pid=8181, app="com.example.heap")),
         ChunkType.FEAT: reply_with(encode_chunk(FeatReply(()))),
+        ChunkType.HPIF: heap_info,
         ChunkType.HPGC: gc,
     }
     with trio.fail_after(CAP):
         async with monitor([sim_port, bad_port], tmp_path) as h:
             await start_pair(h, sim_port)
-            await h.start(RawPeer(bad_port, ddm_script(handlers)))
-            await h.wait_vm(vm_id(bad_port), lambda v: v["pid"] == 8181)
+            await h.start(RawPeer(bad_port, ddm_script(handlers, silent_default=True)))
+            await h.wait_vm(vm_id(bad_port), lambda v: v["pid"] == 8181 and bool(v["heaps"]))
             url = f"/api/v1/vms/{vm_id(bad_port)}/heap"
             response = await h.client.get(url, params={"segments": "1"})
             assert response.status_code == 200, response.text

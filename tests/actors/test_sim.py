@@ -1,12 +1,19 @@
 """SimVm over real loopback sockets, checked with a minimal client built from ddmd.protocol.
 
-Every test runs under a ``trio.fail_after`` cap. No autojump clock here: real sockets.
+Every test runs under a ``trio.fail_after`` cap. No autojump clock here: real sockets. That a
+request got no reply is proved by order, not by waiting: the sim answers one connection's
+commands in turn, so when the reply to a HELO sent afterwards is the next reply to arrive,
+none was written for the request (``Client.call_unanswered``).
+
+The default flavour is ``art`` (ART 9+ without its debugger agent: no reply when a handler
+returns nothing); tests of the other flavours say so.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 import struct
 import subprocess
@@ -17,7 +24,10 @@ from functools import partial
 
 import pytest
 import trio
+from click.testing import CliRunner
 
+from ddmd import demo
+from ddmd.config import load_config
 from ddmd.protocol.ddm import (
     AppName,
     Chunk,
@@ -68,7 +78,7 @@ from ddmd.protocol.jdwp import (
     ReplyPacket,
     encode,
 )
-from ddmd.sim import PRE_INITIALIZED, SimConfig, SimVm, serve_many
+from ddmd.sim import PRE_INITIALIZED, SimConfig, SimVm, serve_many, sim_command
 
 CAP = 10  # seconds: absolute cap on every test body
 
@@ -154,6 +164,20 @@ class Client:
         pushes, reply = await self.until_reply(await self.ddm(chunk))
         assert reply.error_code == 0
         return pushes, chunks_of(reply, Direction.FROM_VM)
+
+    async def call_unanswered(self, chunk: Chunk) -> list[Chunk]:
+        """Send a DDM request that must get no reply at all; return the pushes it caused.
+
+        A HELO goes right after it. The sim handles one connection's commands in order, so
+        the first reply to arrive being HELO's proves none was written for ``chunk`` (no
+        waiting on a clock). Pushes before it are returned (``until_reply`` fails on any
+        other reply id).
+        """
+        await self.ddm(chunk)
+        pushes, reply = await self.until_reply(await self.ddm(HeloRequest(1)))
+        (helo,) = chunks_of(reply, Direction.FROM_VM)
+        assert isinstance(helo, HeloReply)
+        return pushes
 
     async def push(self) -> Chunk:
         packet = await self.packet()
@@ -295,11 +319,10 @@ async def test_apnm_draft_carries_the_name_only():
 # Threads
 
 
-async def test_then_bursts_thcr_before_the_empty_reply_then_pushes_churn():
+async def test_then_bursts_thcr_and_no_reply_then_pushes_churn():
     with trio.fail_after(CAP):
         async with session(cfg(threads=8, pid=500)) as (vm, client):
-            pushes, chunks = await client.call(ThreadNotify(True))
-            assert chunks == ()
+            pushes = await client.call_unanswered(ThreadNotify(True))
             assert all(isinstance(p, ThreadCreated) for p in pushes)
             names = {p.thread_id: p.name for p in pushes if isinstance(p, ThreadCreated)}
             assert len(names) == 8
@@ -326,7 +349,8 @@ async def test_then_bursts_thcr_before_the_empty_reply_then_pushes_churn():
             assert isinstance(status, ThreadStatus)
             assert {t.thread_id for t in status.threads} == set(names)
             # THEN off: churn is no longer pushed
-            _, chunks = await client.call(ThreadNotify(False))
+            assert await client.call_unanswered(ThreadNotify(False)) == []
+            assert not vm.statistics().thread_notify
             await vm.churn()
             await client.expect_silence_then_helo()
 
@@ -395,11 +419,23 @@ async def test_stkl_for_a_live_thread_and_fail_for_a_dead_one():
 # Heap
 
 
-async def test_hpif_now_pushes_before_the_empty_reply():
+async def nothing_to_say(client: Client, chunk: Chunk, flavor: str) -> list[Chunk]:
+    """A request whose handler returns nothing: no reply (art), or an empty one (legacy).
+
+    Returns the pushes that came first.
+    """
+    if flavor == "legacy":
+        pushes, chunks = await client.call(chunk)
+        assert chunks == ()
+        return pushes
+    return await client.call_unanswered(chunk)
+
+
+@pytest.mark.parametrize("flavor", ["art", "legacy"])
+async def test_hpif_now_is_pushed_before_the_end_of_the_request(flavor):
     with trio.fail_after(CAP):
-        async with session(cfg(heap_mb=8)) as (_, client):
-            pushes, chunks = await client.call(HeapInfoRequest(1))
-    assert chunks == ()
+        async with session(cfg(heap_mb=8, flavor=flavor)) as (_, client):
+            pushes = await nothing_to_say(client, HeapInfoRequest(1), flavor)
     (info,) = pushes
     assert isinstance(info, HeapInfo)
     (heap,) = info.heaps
@@ -419,7 +455,7 @@ async def test_hpif_draft_answers_in_the_reply():
 async def test_hpif_next_gc_is_one_shot():
     with trio.fail_after(CAP):
         async with session(cfg()) as (vm, client):
-            assert await client.call(HeapInfoRequest(2)) == ([], ())
+            assert await client.call_unanswered(HeapInfoRequest(2)) == []
             await vm.force_gc()
             info = await client.push()
             assert isinstance(info, HeapInfo)
@@ -428,19 +464,20 @@ async def test_hpif_next_gc_is_one_shot():
             await client.expect_silence_then_helo()
 
 
-async def test_hpif_every_gc_and_hpgc():
+@pytest.mark.parametrize("flavor", ["art", "legacy"])
+async def test_hpif_every_gc_and_hpgc(flavor):
     with trio.fail_after(CAP):
-        async with session(cfg()) as (vm, client):
-            assert await client.call(HeapInfoRequest(3)) == ([], ())
+        async with session(cfg(flavor=flavor)) as (vm, client):
+            assert await nothing_to_say(client, HeapInfoRequest(3), flavor) == []
             for _ in range(2):
                 await vm.force_gc()
                 info = await client.push()
                 assert isinstance(info, HeapInfo)
                 assert info.heaps[0].reason == 3
-            pushes, chunks = await client.call(GcRequest())  # HPGC: GC first, then the reply
-            assert chunks == ()
+            # HPGC: the GC and its pushes first, then the end of the request
+            pushes = await nothing_to_say(client, GcRequest(), flavor)
             assert [type(p) for p in pushes] == [HeapInfo]
-            assert await client.call(HeapInfoRequest(0)) == ([], ())
+            assert await nothing_to_say(client, HeapInfoRequest(0), flavor) == []
             await vm.force_gc()
             await client.expect_silence_then_helo()
             assert vm.statistics().gcs == 4
@@ -514,7 +551,7 @@ def check_dump(chunks: list[Chunk], kind: SegmentKind, heap_mb: int, *, draft: b
 async def test_hpsg_dump_sequence_is_valid_and_varies_lightly_between_gcs():
     with trio.fail_after(CAP):
         async with session(cfg(heap_mb=4)) as (vm, client):
-            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            assert await client.call_unanswered(HeapSegmentRequest(1, 0)) == []
             await vm.force_gc()
             first, usage1 = check_dump(await collect_dump(client), SegmentKind.HPSG, 4)
             await vm.force_gc()
@@ -522,7 +559,7 @@ async def test_hpsg_dump_sequence_is_valid_and_varies_lightly_between_gcs():
             assert usage1 != usage2
             assert len(usage1) == len(usage2)
             assert abs(first.bytes_used - second.bytes_used) < (4 << 20) // 20
-            assert await client.call(HeapSegmentRequest(0, 0)) == ([], ())
+            assert await client.call_unanswered(HeapSegmentRequest(0, 0)) == []
             await vm.force_gc()
             await client.expect_silence_then_helo()
 
@@ -530,43 +567,254 @@ async def test_hpsg_dump_sequence_is_valid_and_varies_lightly_between_gcs():
 async def test_hpso_and_native_dumps():
     with trio.fail_after(CAP):
         async with session(cfg(heap_mb=2)) as (_, client):
-            assert await client.call(HeapSegmentRequest(1, 1)) == ([], ())
-            assert await client.call(NativeHeapSegmentRequest(1, 0)) == ([], ())
-            pushes, chunks = await client.call(GcRequest())
-            assert chunks == ()
+            assert await client.call_unanswered(HeapSegmentRequest(1, 1)) == []
+            assert await client.call_unanswered(NativeHeapSegmentRequest(1, 0)) == []
+            pushes = await client.call_unanswered(GcRequest())
             assert pushes[-2:] == [NativeHeapStart(1), NativeHeapEnd(1)]  # ART: nothing between
             summary, _ = check_dump(pushes[:-2], SegmentKind.HPSO, 2)
             assert all(isinstance(p, HeapSegmentObjects) for p in pushes[1:-3])
             assert summary.object_count
             assert summary.object_count > 1000
-            assert await client.call(NativeHeapSegmentRequest(0, 1)) == ([], ())
+            assert await client.call_unanswered(NativeHeapSegmentRequest(0, 1)) == []
 
 
 async def test_draft_heap_pieces_share_the_start_address():
     with trio.fail_after(CAP):
         async with session(cfg(draft=True, heap_mb=2)) as (vm, client):
-            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            assert await client.call_unanswered(HeapSegmentRequest(1, 0)) == []
             await vm.force_gc()
             chunks = await collect_dump(client)
     assert all(isinstance(c, HeapSegment) for c in chunks[1:-1])
     check_dump(chunks, SegmentKind.HPSG, 2, draft=True)
 
 
+def used_bytes_and_objects(chunks: list[Chunk]) -> tuple[int, int]:
+    """Used bytes and used logical runs of a HPST..HPEN dump, decoded by ddmd.protocol.heap."""
+    used = objects = 0
+    for chunk in chunks[1:-1]:
+        assert isinstance(chunk, SegmentChunk)
+        segment = parse_segment_data(chunk.encode_data())
+        for run in segment.runs():
+            if not run.free:
+                used += run.units * segment.unit_size
+                objects += 1
+    return used, objects
+
+
+def heap_figures(chunk: Chunk) -> tuple[int, int, int]:
+    assert isinstance(chunk, HeapInfo)
+    (heap,) = chunk.heaps
+    assert heap.size <= heap.max_size
+    return heap.size, heap.bytes_allocated, heap.objects_allocated
+
+
+async def test_heap_info_agrees_with_the_segment_dump_after_every_gc():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=2, seed=11)) as (vm, client):
+            assert await client.call_unanswered(HeapInfoRequest(3)) == []
+            assert await client.call_unanswered(HeapSegmentRequest(1, 0)) == []
+            seen = set()
+            for i in range(6):
+                if i % 2:  # a GC of the VM's own, or one that ddmd asked for
+                    await vm.force_gc()
+                    info = await client.push()
+                    dump = await collect_dump(client)
+                else:
+                    info, *dump = await client.call_unanswered(GcRequest())
+                size, allocated, objects = heap_figures(info)
+                assert info.heaps[0].reason == 3
+                assert (allocated, objects) == used_bytes_and_objects(dump)
+                assert 0 < allocated <= size == 2 << 20
+                seen.add(allocated)
+                # HPIF now: the same current figures, until the next GC
+                (now,) = await client.call_unanswered(HeapInfoRequest(1))
+                assert heap_figures(now) == (size, allocated, objects)
+                assert now.heaps[0].reason == 1
+            assert len(seen) > 1  # the GCs did change the heap
+
+
+async def test_heap_info_object_count_is_what_a_hpso_dump_counts():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=2)) as (_, client):
+            (before,) = await client.call_unanswered(HeapInfoRequest(1))  # builds the heap
+            (again,) = await client.call_unanswered(HeapInfoRequest(1))
+            assert heap_figures(before) == heap_figures(again)  # no GC: nothing changed
+            assert await client.call_unanswered(HeapSegmentRequest(1, 1)) == []
+            dump = await client.call_unanswered(GcRequest())
+            summary, _ = check_dump(dump, SegmentKind.HPSO, 2)
+            (now,) = await client.call_unanswered(HeapInfoRequest(1))
+            _, allocated, objects = heap_figures(now)
+    assert allocated == summary.bytes_used
+    assert objects == summary.object_count
+
+
 # --------------------------------------------------------------------------------------------
 # Flavors and odd requests
 
 
-async def test_art_answers_dbgd_unknown_and_malformed_with_an_empty_reply():
+MALFORMED = {
+    "chunk-past-the-end": struct.pack(">4sI", b"HELO", 99) + b"\0\0\0\1",
+    "short-header": b"HEL",
+    "bad-data": struct.pack(">4sI", b"HPIF", 0),  # a HPIF request needs its u1
+}
+
+
+def art_quiet_requests() -> list[Chunk]:
+    """Requests an ART 9+ VM handles without anything to say, or does not know."""
+    return [
+        HeapInfoRequest(3),
+        HeapSegmentRequest(1, 0),
+        NativeHeapSegmentRequest(1, 0),
+        GcRequest(),
+        ThreadNotify(False),
+        Dbgd(),
+        UnknownChunk(0x51525354, b"xyz"),
+    ]
+
+
+def test_default_flavour_is_art():
+    assert SimConfig().flavor == "art"
+
+
+async def test_art_then_gets_no_reply_only_its_thcr_burst():
+    with trio.fail_after(CAP):
+        async with session(cfg(threads=6)) as (vm, client):
+            then = await client.ddm(ThreadNotify(True))
+            helo = await client.ddm(HeloRequest(1))
+            pushes, reply = await client.until_reply(helo)  # fails on a reply to THEN
+            assert reply.id != then
+            assert [type(p) for p in pushes] == [ThreadCreated] * 6
+            assert vm.statistics().thread_notify
+
+
+async def test_art_handlers_returning_nothing_and_unknown_types_get_no_reply():
+    with trio.fail_after(CAP):
+        async with session(cfg(heap_mb=1)) as (vm, client):
+            pushes = {type(c): await client.call_unanswered(c) for c in art_quiet_requests()}
+            # HPGC did run: the heap info and the dumps enabled before it came out
+            gc = pushes.pop(GcRequest)
+            assert isinstance(gc[0], HeapInfo)
+            assert gc[1] == HeapStart(1)
+            assert gc[-3:] == [HeapEnd(1), NativeHeapStart(1), NativeHeapEnd(1)]
+            assert all(p == [] for p in pushes.values())
+            assert vm.statistics().gcs == 1
+
+
+@pytest.mark.parametrize("data", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_art_malformed_ddm_gets_no_reply(data):
     with trio.fail_after(CAP):
         async with session(cfg()) as (_, client):
-            assert await client.call(Dbgd()) == ([], ())
-            assert await client.call(UnknownChunk(0x51525354, b"xyz")) == ([], ())
-            bad = await client.command(199, 1, struct.pack(">4sI", b"HELO", 99) + b"\0\0\0\1")
-            _, reply = await client.until_reply(bad)
+            bad = await client.command(199, 1, data)
+            await client.expect_silence_then_helo(bad)
+
+
+async def test_art_a_debugger_loads_the_agent_for_the_life_of_the_vm():
+    with trio.fail_after(CAP):
+        async with running(cfg(heap_mb=1)) as (vm, port):
+            client = await Client.connect(port)
+            assert await client.call_unanswered(ThreadNotify(False)) == []
+            _, reply = await client.until_reply(await client.command(1, 1))  # a debugger: Version
+            assert reply.error_code == 0
+            for chunk in art_quiet_requests():
+                _, chunks = await client.call(chunk)
+                assert chunks == ()
+            await client.aclose()
+            # The agent stays loaded on the next connection too (ART keeps it).
+            again = await connect_retrying(port)
+            for chunk in art_quiet_requests():
+                _, chunks = await again.call(chunk)
+                assert chunks == ()
+            # With the agent, a chunk that runs past the packet is a JDWP error...
+            bad = await again.command(199, 1, MALFORMED["chunk-past-the-end"])
+            _, reply = await again.until_reply(bad)
+            assert (reply.error_code, reply.data) == (ErrorCode.INTERNAL, b"")
+            # ... and data a handler cannot take is "returned nothing": an empty reply.
+            bad = await again.command(199, 1, MALFORMED["bad-data"])
+            _, reply = await again.until_reply(bad)
             assert (reply.error_code, reply.data) == (0, b"")
-            short = await client.command(199, 1, b"HEL")
-            _, reply = await client.until_reply(short)
-            assert (reply.error_code, reply.data) == (0, b"")
+            await again.aclose()
+            assert vm.connections_accepted == 2
+
+
+async def test_legacy_answers_everything_with_at_least_an_empty_reply():
+    with trio.fail_after(CAP):
+        async with session(cfg(flavor="legacy", threads=5, heap_mb=1)) as (vm, client):
+            pushes, chunks = await client.call(ThreadNotify(True))
+            assert chunks == ()
+            assert [type(p) for p in pushes] == [ThreadCreated] * 5  # the burst comes first
+            for chunk in art_quiet_requests():
+                _, chunks = await client.call(chunk)
+                assert chunks == ()
+            for data in MALFORMED.values():
+                _, reply = await client.until_reply(await client.command(199, 1, data))
+                assert (reply.error_code, reply.data) == (0, b"")
+            assert vm.statistics().gcs == 1
+
+
+@pytest.mark.parametrize(
+    ("vm_ident", "handled"),
+    [
+        pytest.param("Dalvik v2.1.0", False, id="art-5-8"),
+        pytest.param("Dalvik v1.6.0", True, id="dalvik"),
+    ],
+)
+async def test_legacy_trailing_bytes_after_the_chunk(vm_ident, handled):
+    with trio.fail_after(CAP):
+        async with session(cfg(flavor="legacy", vm_ident=vm_ident)) as (_, client):
+            helo = ddm_command(1, HeloRequest(1))
+            packet = CommandPacket(7, 199, 1, helo.data + b"\0\0")
+            await client.send(packet)
+            _, reply = await client.until_reply(7)
+    assert reply.error_code == 0
+    if handled:  # Dalvik handles the first chunk and ignores the rest
+        (chunk,) = chunks_of(reply, Direction.FROM_VM)
+        assert isinstance(chunk, HeloReply)
+    else:  # ART 5-8 wants the chunk to fill the packet exactly
+        assert reply.data == b""
+
+
+@pytest.mark.parametrize("flavor", ["art", "legacy", "modern"])
+async def test_fail_types_are_refused_with_a_fail_chunk(flavor):
+    with trio.fail_after(CAP):
+        refused = ("HPGC", "HPSG", "HPIF", "THEN", "THST")
+        async with session(cfg(flavor=flavor, fail_types=refused)) as (vm, client):
+            for chunk in (
+                GcRequest(),
+                HeapSegmentRequest(1, 0),
+                HeapInfoRequest(1),
+                ThreadNotify(True),
+                ThreadStatusRequest(),
+            ):
+                pushes, (fail,) = await client.call(chunk)
+                assert pushes == []  # refused, not handled: no THCR burst, no HPIF data
+                assert isinstance(fail, Fail)
+                assert fail.code == 1
+                assert fail.message
+            _, (helo,) = await client.call(HeloRequest(1))  # the others still work
+            assert isinstance(helo, HeloReply)
+            stats = vm.statistics()
+            assert (stats.gcs, stats.thst_requests, stats.thread_notify) == (0, 0, False)
+
+
+@pytest.mark.parametrize("bad", ["HPG", "HPGCX", "", "HP C", "HPG\u00e9", 42, "HPGC"])
+def test_fail_types_must_be_four_ascii_characters(bad):
+    fail_types = bad if bad == "HPGC" else (bad,)  # a bare string is not a tuple of names
+    with pytest.raises(ValueError, match="request type"):
+        SimConfig(fail_types=fail_types)
+
+
+def test_fail_types_accept_a_list_and_keep_a_tuple():
+    assert SimConfig(fail_types=["HPGC", "THST"]).fail_types == ("HPGC", "THST")
+
+
+def test_cli_fail_option_checks_the_names():
+    runner = CliRunner()
+    result = runner.invoke(sim_command, ["--fail", "HPGC,HPX"])
+    assert result.exit_code == 2
+    assert "'HPX' is not a request type" in result.output
+    result = runner.invoke(sim_command, ["--flavor", "dalvik"])
+    assert result.exit_code == 2
+    assert "legacy" in result.output
 
 
 async def test_modern_flavor_is_silent_except_for_identity():
@@ -591,6 +839,8 @@ async def test_modern_flavor_is_silent_except_for_identity():
                 )
             ]
             await client.expect_silence_then_helo(*ids)  # not even the HPIF push came
+            stats = vm.statistics()  # no handler ran: no GC, no thread status, no THEN
+            assert (stats.gcs, stats.thst_requests, stats.thread_notify) == (0, 0, False)
             await vm.rename("com.example.renamed")  # APNM pushes still work
             assert isinstance(await client.push(), AppName)
             # A non-DDM command loads the agent: unhandled DDM now gets empty replies.
@@ -786,7 +1036,7 @@ async def test_client_vanishing_mid_dump_does_not_hurt_the_sim():
     with trio.fail_after(CAP):
         async with running(cfg(heap_mb=16)) as (vm, port):
             client = await Client.connect(port)
-            assert await client.call(HeapSegmentRequest(1, 0)) == ([], ())
+            assert await client.call_unanswered(HeapSegmentRequest(1, 0)) == []
             await client.aclose()
             await vm.force_gc()  # pushes into a closed connection: dropped quietly
             good = await connect_retrying(port)
@@ -813,8 +1063,8 @@ async def test_periodic_gc_and_churn_run_by_themselves():
     with trio.fail_after(CAP):
         config = cfg(gc_interval=0.05, churn_interval=0.05)
         async with session(config) as (vm, client):
-            await client.call(ThreadNotify(True))
-            await client.call(HeapInfoRequest(3))
+            await client.call_unanswered(ThreadNotify(True))
+            await client.call_unanswered(HeapInfoRequest(3))
             seen: set[int] = set()
             while not {ChunkType.HPIF, ChunkType.THCR} <= seen:
                 seen.add((await client.push()).chunk_type)
@@ -855,3 +1105,39 @@ async def test_cli_prints_one_line_per_vm_and_exits_0_on_sigterm():
             await client.aclose()
             proc.send_signal(signal.SIGTERM)
             assert await proc.wait() == 0
+
+
+# --------------------------------------------------------------------------------------------
+# ``ddmd demo``: which VMs it runs, and the commands it suggests
+
+
+def test_demo_runs_art_dalvik_draft_and_android_12_vms():
+    assert [(c.flavor, c.draft, c.is_dalvik) for c in demo.DEMO_VMS] == [
+        ("art", False, False),
+        ("legacy", True, True),
+        ("modern", False, False),
+    ]
+
+
+def test_demo_hints_are_one_pasteable_command_per_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("DDMD_CONFIG", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no user config file
+    plain = demo.hint_lines(load_config(None, env=os.environ), 8700)
+    config_file = tmp_path / "demo config.toml"
+    config_file.write_text("")
+    named = demo.hint_lines(load_config(config_file, env=os.environ), 8700)
+    for lines in (plain, named):
+        commands = [line for line in lines if not line.startswith("#")]
+        assert commands[-1] == "jdb -attach localhost:8700"
+        for line in commands:
+            # nothing a shell would take as a comment, a pipe or a second command
+            assert not any(mark in line for mark in ("#", "|", "&", ";")), line
+            assert shlex.split(line)[0] in ("ddmd", "jdb")
+    assert "ddmd clients" in plain
+    assert not any("--config" in line for line in plain)
+    # A config file the client commands would not find by themselves is named, quoted.
+    for line in named:
+        if line.startswith("ddmd "):
+            words = shlex.split(line)
+            assert words[words.index("--config") + 1] == str(config_file.resolve())

@@ -14,9 +14,10 @@ from typing import Any
 import trio
 
 from ddmd.errors import DdmFailed, FeatureUnsupported
+from ddmd.ports import vm_key
 from ddmd.protocol.ddm import StackFrame, StackTrace
 from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind, parse_segment_data
-from ddmd.registry import HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
+from ddmd.registry import GcOutcome, HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot
 
 # One HPSG chunk: heap 1, 8-byte units at 0x10000000, 278 units in six (state, n) pairs:
 #   0x01 n=3    4 units  object, hard          32 B used
@@ -140,6 +141,8 @@ class FakeVm:
     gc_count: int = 0
     refresh_count: int = 0
     segment_requests: int = 0
+    # The selection key (VmHandle.selection_key); None: "DEVICE|NAME" from the snapshot.
+    key: str | None = None
 
     @classmethod
     def plain_jvm(cls, vm_id: str = "tcp:8000", **fields: Any) -> FakeVm:
@@ -178,6 +181,15 @@ class FakeVm:
     def update(self, **fields: Any) -> None:
         self.snap = replace(self.snap, **fields)
 
+    def selection_key(self) -> str | None:
+        if self.key is not None:
+            return self.key
+        # As VmActor.selection_key: the package, else the app; "<pre-initialized>" is no name.
+        for name in (self.snap.package, self.snap.app):
+            if name and name != "<pre-initialized>":
+                return vm_key(self.snap.device, name)
+        return None
+
     async def _enter(self, method: str, feature: str) -> None:
         await trio.lowlevel.checkpoint()
         failure = self.failures.get(method)
@@ -191,9 +203,10 @@ class FakeVm:
         self.refresh_count += 1
         return self.snap
 
-    async def cause_gc(self) -> None:
+    async def cause_gc(self) -> GcOutcome:
         await self._enter("cause_gc", "gc")
         self.gc_count += 1
+        return GcOutcome(confirmed=True, by="heap info")
 
     async def stack_trace(self, thread_id: int) -> StackTrace:
         await self._enter("stack_trace", "stack")

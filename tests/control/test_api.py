@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from collections.abc import AsyncIterator
 
@@ -50,7 +51,8 @@ async def client(vms: dict[str, FakeVm]) -> AsyncIterator[httpx.AsyncClient]:
 async def test_health(client):
     r = await client.get("/api/v1/health")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "version": "9.9.9", "vms": 4}
+    # pid: a second `ddmd run` names the daemon that already runs.
+    assert r.json() == {"status": "ok", "version": "9.9.9", "vms": 4, "pid": os.getpid()}
 
 
 async def test_health_default_version():
@@ -59,7 +61,19 @@ async def test_health_default_version():
         transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as c:
         r = await c.get("/api/v1/health")
-    assert r.json() == {"status": "ok", "version": __version__, "vms": 0}
+    assert r.json() == {"status": "ok", "version": __version__, "vms": 0, "pid": os.getpid()}
+
+
+async def test_health_carries_what_the_daemon_adds():
+    adb = {"enabled": "off", "config": "/home/u/.config/ddmd/config.toml"}
+    app = create_app(make_registry(), version="1.0", health={"adb": adb})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as c:
+        r = await c.get("/api/v1/health")
+        devices = await c.get("/api/v1/devices")
+    assert r.json() == {"status": "ok", "version": "1.0", "vms": 0, "pid": os.getpid(), "adb": adb}
+    assert devices.json() == []  # the device list keeps its shape: a plain list
 
 
 async def test_vms_lists_every_snapshot(client, vms):
@@ -279,7 +293,7 @@ async def test_heap_segments_timeout_504(client, vms):
 async def test_gc(client, vms):
     r = await client.post("/api/v1/vms/emulator-5554/1234/gc")
     assert r.status_code == 200
-    assert r.json()["gc"] == "requested"
+    assert r.json()["gc"] == "done"
     assert r.json()["vm"]["id"] == "emulator-5554/1234"
     assert vms["app"].gc_count == 1
 
@@ -317,17 +331,36 @@ async def test_stack(client):
     assert body["frames"][1]["line"] == 42
 
 
-async def test_stack_of_unknown_thread_502(client):
+async def test_stack_of_unknown_thread_404_lists_the_known_threads(client, vms):
+    r = await client.get("/api/v1/vms/emulator-5554/1234/threads/77/stack")
+    assert r.status_code == 404
+    body = r.json()
+    assert body["error"] == "no thread 77 in VM emulator-5554/1234"
+    assert body["thread"] == "77"
+    assert body["candidates"] == ["1 main", "2 HeapTaskDaemon", "9 Binder:1234_1"]
+    assert vms["app"].stacks.keys() == {1}  # nothing was asked of the VM
+
+
+async def test_stack_of_a_thread_the_vm_does_not_list_502(client, vms):
+    # Without a thread list ddmd cannot check the id: the VM is asked, and says no.
+    vms["app"].update(threads=None)
     r = await client.get("/api/v1/vms/emulator-5554/1234/threads/77/stack")
     assert r.status_code == 502
     assert "no thread 77" in r.json()["error"]
 
 
-@pytest.mark.parametrize("thread", ["abc", "-1", "1.5", "4294967296", "99999999999999999999"])
+@pytest.mark.parametrize("thread", ["4294967296", "99999999999999999999"])
 async def test_stack_bad_thread_id_400(client, thread):
     r = await client.get(f"/api/v1/vms/emulator-5554/1234/threads/{thread}/stack")
     assert r.status_code == 400
     assert thread in r.json()["error"]
+
+
+@pytest.mark.parametrize("thread", ["abc", "-1", "1.5"])
+async def test_stack_unknown_thread_name_404(client, thread):
+    r = await client.get(f"/api/v1/vms/emulator-5554/1234/threads/{thread}/stack")
+    assert r.status_code == 404
+    assert r.json()["error"] == f"no thread named {thread!r} in VM emulator-5554/1234"
 
 
 async def test_stack_unsupported_501(client):
@@ -434,7 +467,7 @@ async def test_serve_on_a_real_socket(nursery):
         } in logs
         async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False) as c:
             r = await c.get("/api/v1/health")
-            assert r.json() == {"status": "ok", "version": "1.2.3", "vms": 1}
+            assert r.json() == {"status": "ok", "version": "1.2.3", "vms": 1, "pid": os.getpid()}
             r = await c.get("/api/v1/vms/emulator-5554/1234/threads/1/stack")
             assert r.json()["frames"][1]["file_name"] == "Worker.java"
     nursery.cancel_scope.cancel()

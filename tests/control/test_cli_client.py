@@ -26,6 +26,7 @@ from ddmd.cli_client import (
     threads,
 )
 from ddmd.control import create_app
+from ddmd.registry import ThreadSnapshot
 from tests.contract import CLIENT_KEYS
 
 from .fakes import FakeVm, make_registry, standard_vms
@@ -87,6 +88,7 @@ def test_commands_list():
         "gc",
         "select",
         "stack",
+        "ports",
         "events",
     ]
     for command in COMMANDS:
@@ -154,7 +156,9 @@ def test_threads_table(api):
     result = invoke(threads, "com.example.app:remote")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("threads of VM emulator-5554/2000 (pid 2000,")
+    assert lines[0].startswith(
+        "threads of VM com.example.app:remote (emulator-5554/2000, pid 2000)"
+    )
     assert lines[1].split() == ["ID", "TID", "STATE", "UTIME", "STIME", "DAEMON", "NAME"]
     assert lines[2].split() == ["1", "1234", "running", "52", "7", "main"]
     assert lines[3].split() == ["2", "1240", "wait", "3", "1", "daemon", "HeapTaskDaemon"]
@@ -184,7 +188,7 @@ def test_threads_device_option(api):
 def test_threads_watch_bounded(api):
     result = invoke(threads, "emulator-5554/1234", "--watch", "--interval", "0.01", "--count", "3")
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("threads of VM emulator-5554/1234") == 3
+    assert result.stdout.count("threads of VM com.example.app (emulator-5554/1234") == 3
     assert api["app"].refresh_count == 3
 
 
@@ -259,9 +263,8 @@ def test_heap_without_ddm(api):
     result = invoke(heap, "4242")
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [
-        "heap of VM tcp:8000 (pid 4242, JVM version 17.0.9 (OpenJDK 64-Bit Server VM, mixed "
-        "mode,...):",
-        "not available (the VM does not speak DDM)",
+        "heap of VM JVM pid 4242 (tcp:8000, pid 4242):",
+        "not available: JVM pid 4242 does not speak DDM (a plain JVM has none)",
     ]
 
 
@@ -280,14 +283,15 @@ def test_gc(api):
     result = invoke(gc, "com.example.app:remote")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == (
-        "GC requested on VM emulator-5554/2000 (pid 2000, com.example.app:remote)"
+        "GC done on com.example.app:remote (emulator-5554/2000, pid 2000): "
+        "heap 1 5.5 MiB allocated of 10.0 MiB"
     )
     assert api["remote"].gc_count == 1
 
 
 def test_gc_json(api):
     body = json.loads(invoke(gc, "emulator-5554/1234", "--json").stdout)
-    assert body["gc"] == "requested"
+    assert body["gc"] == "done"
     assert api["app"].gc_count == 1
 
 
@@ -298,7 +302,7 @@ def test_stack(api):
     result = invoke(stack, "emulator-5554/1234", "1")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        "thread 1 of VM emulator-5554/1234 (pid 1234, com.example.app):",
+        "thread 1 (main) of VM com.example.app (emulator-5554/1234, pid 1234):",
         "  at java.lang.Object.wait(Native Method)",
         "  at com.example.app.Worker.run(Worker.java:42)",
         "  at com.example.app.Gen.lambda$0(Unknown Source)",
@@ -313,14 +317,53 @@ def test_stack_json(api):
 
 def test_stack_unknown_thread(api):
     result = invoke(stack, "emulator-5554/1234", "77")
+    assert result.exit_code == EXIT_TARGET
+    assert result.stderr.splitlines() == [
+        "ddmd stack: no thread 77 in VM emulator-5554/1234; candidates:",
+        "  1 main",
+        "  2 HeapTaskDaemon",
+        "  9 Binder:1234_1",
+    ]
+
+
+def test_stack_unknown_thread_the_vm_does_not_list(api):
+    api["app"].update(threads=None)  # ddmd cannot check the id: the VM says no
+    result = invoke(stack, "emulator-5554/1234", "77")
     assert result.exit_code == EXIT_API_ERROR
     assert "no thread 77" in result.stderr
 
 
-def test_stack_thread_must_be_a_number(api):
-    result = invoke(stack, "emulator-5554/1234", "main")
-    assert result.exit_code == 2
-    assert "THREAD" in result.stderr
+def test_stack_by_app_part_and_thread_name(api):
+    # "remote" ends the app name of emulator-5554/2000; "binder" is part of thread 9's name.
+    api["remote"].stacks[9] = api["app"].stacks[1]
+    result = invoke(stack, "remote", "binder")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("thread 9 (Binder:1234_1) of VM ")
+    assert "emulator-5554/2000" in result.stdout.splitlines()[0]
+
+
+def test_stack_ambiguous_thread_name(api):
+    api["app"].update(threads=(*api["app"].snap.threads, ThreadSnapshot(3, "Binder:1234_2")))
+    result = invoke(stack, "emulator-5554/1234", "binder")
+    assert result.exit_code == EXIT_TARGET
+    assert result.stderr.splitlines() == [
+        "ddmd stack: 'binder' matches several threads in VM emulator-5554/1234:",
+        "  3 Binder:1234_2",
+        "  9 Binder:1234_1",
+    ]
+
+
+def test_stack_thread_name_with_a_slash(api):
+    api["app"].update(threads=(ThreadSnapshot(1, "pool/worker 1"),))
+    result = invoke(stack, "emulator-5554/1234", "pool/worker 1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("thread 1 (pool/worker 1) of VM ")
+
+
+def test_stack_thread_name_needs_a_thread_list(api):
+    result = invoke(stack, "tcp:8000", "main")
+    assert result.exit_code == EXIT_API_ERROR
+    assert "does not report its threads" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -351,22 +394,31 @@ def test_unknown_target_exit_2(api):
     result = invoke(threads, "nope")
     assert result.exit_code == EXIT_TARGET
     assert result.stdout == ""
-    [line] = result.stderr.splitlines()
-    assert line.startswith(
-        "ddmd threads: no VM matches 'nope' (candidates: R58M/1234 (pid 1234, org.other), "
-    )
-    for vm_id in ("emulator-5554/1234", "emulator-5554/2000", "tcp:8000"):
-        assert vm_id in line
+    first, *candidates = result.stderr.splitlines()
+    assert first == "ddmd threads: no VM matches 'nope'; candidates:"
+    # One candidate per line, indented, every VM the daemon knows.
+    assert [c.split()[0] for c in candidates] == [
+        "R58M/1234",
+        "emulator-5554/1234",
+        "emulator-5554/2000",
+        "tcp:8000",
+    ]
+    assert all(c.startswith("  ") for c in candidates)
 
 
 def test_ambiguous_target_exit_2(api):
     result = invoke(gc, "1234")
     assert result.exit_code == EXIT_TARGET
-    [line] = result.stderr.splitlines()
-    assert "'1234' matches several VMs" in line
-    assert "R58M/1234" in line
-    assert "emulator-5554/1234" in line
+    first, *candidates = result.stderr.splitlines()
+    assert first == "ddmd gc: '1234' matches several VMs:"
+    assert [c.split()[0] for c in candidates] == ["R58M/1234", "emulator-5554/1234"]
     assert api["app"].gc_count == 0
+
+
+def test_target_by_a_part_of_the_name(api):
+    result = invoke(threads, "other")
+    assert result.exit_code == 0, result.output
+    assert "R58M/1234" in result.stdout.splitlines()[0]
 
 
 def test_unknown_target_with_no_vms(monkeypatch):

@@ -518,7 +518,7 @@ def test_events_human_lines(monkeypatch):
     assert len(lines) == len(SAMPLE) + 1
     assert lines[0].split() == ["12:00:00", "stream.opened", "0", "VMs,", "current", "VM", "none"]
     assert lines[1].startswith("12:00:01 vm.found")
-    assert lines[1].endswith("tcp:8000 (pid 5150, com.example.mail)")
+    assert lines[1].endswith("com.example.mail (tcp:8000, pid 5150)")
     assert lines[2].endswith("tcp:8000: state=ready, heaps")
     assert lines[3].endswith("tcp:8000: 127.0.0.1:5005 via current")
     assert lines[4].endswith("tcp:8000: 3 threads (native 1, running 1, wait 1)")

@@ -480,6 +480,41 @@ async def test_selection_sticks_to_the_app_across_restarts(jdk, classes, tmp_pat
                 await jvm.wait_counter_above(jvm.counter + 3)
 
 
+@pytest.mark.parametrize("named_by", ["HELO", "APNM"])
+async def test_current_vm_follows_a_waiting_app_through_its_naming(named_by, jdk, tmp_path):
+    """A VM that reports WAIT before its name is known becomes current under a temporary key;
+    when its name arrives (in the HELO reply, or later by APNM) it stays current."""
+    waiting, other = free_port_range(2)
+    app = "com.example.waits"
+    delay = 1.0 if named_by == "APNM" else 0.0
+    with trio.fail_after(CAP):
+        async with monitor([waiting, other], tmp_path) as h:
+            await SimProcess(h.peers, sim_config(other, pid=2002, app_name="com.example.b")).start()
+            await wait_ready(h, other)
+            await SimProcess(
+                h.peers,
+                sim_config(
+                    waiting, pid=3003, app_name=app, wait_for_debugger=True, apnm_delay=delay
+                ),
+            ).start()
+            await h.wait_vm(vm_id(waiting), lambda v: v["waiting_for_debugger"], timeout=WAIT)
+            chosen = await current(h)
+            assert chosen is not None
+            assert chosen["id"] == vm_id(waiting)
+            named = await h.wait_vm(vm_id(waiting), lambda v: v["app"] == app, timeout=WAIT)
+            if named_by == "APNM":
+                assert h.events("vm.app_renamed", vm=vm_id(waiting))
+            after = await current(h)
+            assert after is not None, "the current VM was lost when the VM got its name"
+            assert after["id"] == vm_id(waiting)
+            assert after["app"] == app
+            response = await h.client.get("/api/v1/current")
+            assert response.json()["selected"] == f"local|{app}"
+            await wait_ready(h, waiting)
+            assert named["pid"] == 3003
+            await jdb_threads(jdk, h.started.current_port, "Binder:3003_1", "current after naming")
+
+
 # --------------------------------------------------------------------------------------------
 # 5. jdb on a DDM VM: ddmd's own DDM traffic runs alongside, then DBGD on the way out
 

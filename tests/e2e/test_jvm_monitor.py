@@ -31,7 +31,9 @@ async def test_real_jvm_is_plain_jdwp_and_keeps_running(counter_jvm: CounterJvm,
             assert vm["state"] == "ready"
             assert vm["unsupported"] == ["HELO"]
             assert vm["features"] == []
-            assert vm["pid"] is None  # HotSpot says no pid over JDWP
+            # HotSpot says no pid over JDWP: ddmd found the process in /proc (jps-style name).
+            assert vm["pid"] == jvm.process.pid
+            assert vm["app"] == "Counter"
             identified_at = jvm.count
             assert identified_at is not None, jvm.text()
 

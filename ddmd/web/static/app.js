@@ -123,10 +123,8 @@
   }
 
   function vmName(vm) {
-    if (vm.app) return vm.app;
-    if (vm.package) return vm.package;
-    if (vm.description) return vm.description.split("\n")[2] || vm.description.split("\n")[0];
-    return vm.address || vm.id;
+    // The daemon's display name: package/app, a plain JVM's main class or "JVM pid N".
+    return vm.name || vm.app || vm.package || vm.address || vm.id;
   }
 
   // ------------------------------------------------------------------------------ token
@@ -339,12 +337,12 @@
 
   function ddmCell(vm) {
     if (vm.ddm === true) {
-      const missing = (vm.unsupported || []).filter((f) => f !== "DBGD");
+      const missing = Object.entries(vm.missing || {}).filter(([f]) => f !== "DBGD");
       if (missing.length) {
         return el("span", {
           cls: "badge partial",
           text: "yes, limited",
-          title: "DDM requests this VM does not answer: " + missing.join(", "),
+          title: missing.map(([, sentence]) => sentence).join("\n"),
         });
       }
       return el("span", { cls: "badge yes", text: "yes" });
@@ -357,7 +355,7 @@
   // pointer is not replaced between press and release.
   const VM_FIELDS = [
     "id", "app", "package", "vm_ident", "description", "pid", "device", "source", "address",
-    "ddm", "unsupported", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
+    "ddm", "unsupported", "name", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
   ];
 
   function renderVms() {
@@ -487,27 +485,25 @@
 
   function threadsMissingReason(vm) {
     if (!vm) return "This VM is gone.";
-    const missing = new Set(vm.unsupported || []);
+    const missing = vm.missing || {};
     if (vm.ddm === false) {
       return "This VM does not speak DDM (a plain JVM): it reports no threads to ddmd. " +
         "Debuggers can still attach through its port.";
     }
-    if (missing.has("THST") || missing.has("THEN")) {
-      return "This VM does not report threads (Android 12+ removed the DDM thread handler).";
-    }
+    const why = missing.THST || missing.THEN;
+    if (why) return why + ".";
     if (vm.ddm === null) return "Identifying this VM…";
     return null;
   }
 
   function heapMissingReason(vm) {
     if (!vm) return "This VM is gone.";
-    const missing = new Set(vm.unsupported || []);
+    const missing = vm.missing || {};
     if (vm.ddm === false) {
       return "This VM does not speak DDM (a plain JVM): no heap figures, heap bitmap or GC through ddmd.";
     }
-    if (missing.has("HPSG") || missing.has("HPIF") || missing.has("HPGC")) {
-      return "This VM does not report its heap (Android 12+ removed the DDM heap handlers).";
-    }
+    const why = missing.HPSG || missing.HPIF || missing.HPGC;
+    if (why) return why + ".";
     if (vm.ddm === null) return "Identifying this VM…";
     return null;
   }

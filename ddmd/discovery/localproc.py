@@ -1,0 +1,419 @@
+"""Which local process owns a TCP socket, and what it is called (the way ``jps`` names JVMs).
+
+Layer: standard library only. What it reads, all under ``proc_root`` (default ``/proc``):
+
+- ``net/tcp`` and ``net/tcp6``: the kernel's socket tables of this network namespace. A row
+  gives the local and remote address, the state (``0A`` LISTEN, ``01`` ESTABLISHED), the uid
+  that created the socket and its inode. Addresses are hex: each 32-bit word of the address is
+  printed as a number in the machine's byte order (so 127.0.0.1 reads ``0100007F`` on x86),
+  the port as a plain big-endian number.
+- ``[0-9]*/fd/*``: each process's open files; a socket shows as a link to ``socket:[INODE]``.
+  Another user's processes cannot be read (without root) and are skipped, as are processes that
+  exit during the scan.
+- ``PID/cmdline`` and ``PID/exe``: the command line and the executable, for the name.
+
+Every function is synchronous and blocking (file reads, one ``readlink`` per open file of every
+process: a busy machine has many), so trio callers run it in a worker thread under a deadline;
+``give_up_at`` (a ``time.monotonic()`` value) lets the scan stop by itself when that deadline
+passed. Linux only: where ``/proc`` has no such files every lookup answers None. Nothing here
+raises on missing, unreadable or malformed ``/proc`` content, and nothing logs: "not found" is
+an ordinary answer.
+
+Names follow ``jps``: the main class without its package (``a.b.Main`` -> ``Main``), the jar's
+file name for ``-jar path/app.jar`` (``app.jar``), the class of ``-m module/a.b.Main``
+(``Main``; the module's name when ``-m`` names no class). Where ddmd differs from ``jps``, it is
+because ddmd only sees the command line, not the JVM's own record of it:
+
+- a command line using ``@argfiles`` gets no name: the options (perhaps the main class itself)
+  are in a file that may have changed since, so ddmd does not guess;
+- source-file mode (``java Tool.java``, or ``--source N script``) is named by the file's name,
+  ``Tool.java`` (``jps`` shows the launcher's class, ``Main``, for every such program);
+- only Java launchers get a name: ``argv[0]``'s base name is ``java`` or ``javaw``, or the
+  ``exe`` link's is (a launcher started under another ``argv[0]``). Any other program (a Python
+  VM simulator, socat, a container proxy) gets ``name=None``, so a DDM VM's own name stands.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class LocalProcess:
+    """The process behind a local socket: its pid, owner uid, and a jps-style name."""
+
+    pid: int
+    uid: int
+    name: str | None  # main class, or the jar's file name; None when the command line says neither
+    cmdline: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SocketOwner:
+    """A socket's row in ``net/tcp``/``net/tcp6``: its inode (to find the process holding it)
+    and the uid that created it."""
+
+    inode: int
+    uid: int
+
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+ByteOrder = Literal["little", "big"]
+
+LISTEN = "0A"
+ESTABLISHED = "01"
+JAVA_LAUNCHERS = frozenset({"java", "javaw"})
+
+# Launcher options whose value is the next word (``java --help`` and ``--help-extra`` of JDK 17;
+# ``--name=value`` is one word and needs no entry). -d/--describe-module and --source too.
+OPTIONS_WITH_VALUE = frozenset(
+    {
+        "-cp",
+        "-classpath",
+        "--class-path",
+        "-p",
+        "--module-path",
+        "--upgrade-module-path",
+        "--add-modules",
+        "--enable-native-access",
+        "--limit-modules",
+        "--add-exports",
+        "--add-opens",
+        "--add-reads",
+        "--patch-module",
+        "-d",
+        "--describe-module",
+        "--source",
+    }
+)
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    local: IpAddress
+    local_port: int
+    remote: IpAddress
+    remote_port: int
+    state: str
+    uid: int
+    inode: int
+
+
+# --------------------------------------------------------------------------------------------
+# Socket tables
+
+
+def listening_socket(
+    host: str,
+    port: int,
+    *,
+    proc_root: str = "/proc",
+    byteorder: ByteOrder = sys.byteorder,
+) -> SocketOwner | None:
+    """The LISTEN socket that accepts connections to ``host:port`` (a numeric address).
+
+    A listener bound to the address itself wins; otherwise a wildcard one (``0.0.0.0`` serves
+    IPv4 addresses, ``::`` serves both, as a dual-stack socket does). IPv4-mapped IPv6
+    addresses count as their IPv4 address.
+    """
+    target = _parse_host(host)
+    if target is None:
+        return None
+    wildcard: SocketOwner | None = None
+    for row in _rows(proc_root, byteorder):
+        if row.state != LISTEN or row.local_port != port or row.inode == 0:
+            continue
+        if row.local == target:
+            return SocketOwner(row.inode, row.uid)
+        if wildcard is None and _wildcard_serves(row.local, target):
+            wildcard = SocketOwner(row.inode, row.uid)
+    return wildcard
+
+
+def connected_socket(
+    local: tuple[str, int],
+    remote: tuple[str, int],
+    *,
+    proc_root: str = "/proc",
+    byteorder: ByteOrder = sys.byteorder,
+) -> SocketOwner | None:
+    """The ESTABLISHED socket whose own end is ``local`` and whose peer is ``remote``.
+
+    For the other end of a connection we made (or accepted), swap the two: the peer's socket
+    has local = the peer's address, remote = ours.
+    """
+    local_host, remote_host = _parse_host(local[0]), _parse_host(remote[0])
+    if local_host is None or remote_host is None:
+        return None
+    for row in _rows(proc_root, byteorder):
+        if (
+            row.state == ESTABLISHED
+            and row.inode != 0
+            and row.local_port == local[1]
+            and row.remote_port == remote[1]
+            and row.local == local_host
+            and row.remote == remote_host
+        ):
+            return SocketOwner(row.inode, row.uid)
+    return None
+
+
+def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAddress, int] | None:
+    """``0100007F:1F40`` -> (127.0.0.1, 8000) on a little-endian machine; None if malformed.
+
+    IPv4-mapped IPv6 addresses come back as IPv4 addresses."""
+    host_hex, sep, port_hex = text.partition(":")
+    if not sep or len(port_hex) != 4 or len(host_hex) not in (8, 32):
+        return None
+    if not _HEX.issuperset(host_hex) or not _HEX.issuperset(port_hex):
+        return None
+    raw = b"".join(
+        int(host_hex[i : i + 8], 16).to_bytes(4, byteorder) for i in range(0, len(host_hex), 8)
+    )
+    address: IpAddress = ipaddress.IPv4Address(raw) if len(raw) == 4 else ipaddress.IPv6Address(raw)
+    return _plain(address), int(port_hex, 16)
+
+
+def _rows(proc_root: str, byteorder: ByteOrder) -> Iterator[_Row]:
+    for table in ("tcp", "tcp6"):
+        try:
+            path = os.path.join(proc_root, "net", table)
+            with open(path, encoding="ascii", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue  # no IPv6 in this kernel, not Linux, or not readable
+        for line in text.splitlines():
+            row = _parse_row(line, byteorder)
+            if row is not None:
+                yield row
+
+
+def _parse_row(line: str, byteorder: ByteOrder) -> _Row | None:
+    # "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
+    fields = line.split()
+    if len(fields) < 10:
+        return None  # the header, a blank or truncated line
+    local = parse_address(fields[1], byteorder)
+    remote = parse_address(fields[2], byteorder)
+    state = fields[3].upper()
+    uid, inode = _decimal(fields[7]), _decimal(fields[9])
+    if local is None or remote is None or uid is None or inode is None:
+        return None
+    if len(state) != 2 or not _HEX.issuperset(state):
+        return None
+    return _Row(local[0], local[1], remote[0], remote[1], state, uid, inode)
+
+
+def _decimal(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _plain(address: IpAddress) -> IpAddress:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _parse_host(host: str) -> IpAddress | None:
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return _plain(ipaddress.ip_address(text))
+    except ValueError:
+        return None  # a host name: callers pass the numeric address of their connection
+
+
+def _wildcard_serves(bound: IpAddress, target: IpAddress) -> bool:
+    if not bound.is_unspecified:
+        return False
+    # "::" is dual-stack unless IPV6_V6ONLY was set, which the table does not show: assume it.
+    return bound.version == 6 or target.version == 4
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+def process_of_inode(
+    inode: int,
+    *,
+    uid: int | None = None,
+    proc_root: str = "/proc",
+    give_up_at: float | None = None,
+) -> int | None:
+    """The pid of a process holding socket ``inode`` open, None if none can be seen.
+
+    Processes owned by ``uid`` (the socket's creator, when known) are looked at first, so the
+    usual case reads few fd tables. Processes that cannot be read are skipped. With
+    ``give_up_at`` (a ``time.monotonic()`` value) the scan stops once that time has passed.
+    """
+    if inode <= 0:
+        return None
+    link = f"socket:[{inode}]"
+    pids = _pids(proc_root)
+    if uid is not None:
+        pids.sort(key=lambda pid: _owner(proc_root, pid) != uid)  # stable: owner's first
+    for pid in pids:
+        if give_up_at is not None and time.monotonic() > give_up_at:
+            return None
+        if _holds(proc_root, pid, link):
+            return pid
+    return None
+
+
+def _pids(proc_root: str) -> list[int]:
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
+    return [int(n) for n in names if n.isascii() and n.isdigit()]
+
+
+def _owner(proc_root: str, pid: int) -> int | None:
+    try:
+        return os.stat(os.path.join(proc_root, str(pid))).st_uid
+    except OSError:
+        return None
+
+
+def _holds(proc_root: str, pid: int, link: str) -> bool:
+    try:
+        with os.scandir(os.path.join(proc_root, str(pid), "fd")) as entries:
+            for entry in entries:
+                try:
+                    if os.readlink(entry.path) == link:
+                        return True
+                except OSError:
+                    continue  # closed meanwhile, or not a link
+    except OSError:
+        return False  # another user's process, or one that exited (the scan continues)
+    return False
+
+
+def read_cmdline(pid: int, *, proc_root: str = "/proc") -> tuple[str, ...] | None:
+    """The process's arguments (``/proc/PID/cmdline``); None when it cannot be read."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return None
+    words = raw.split(b"\0")
+    if words and words[-1] == b"":
+        words.pop()  # the terminating NUL
+    return tuple(w.decode("utf-8", "replace") for w in words)
+
+
+def _exe(proc_root: str, pid: int) -> str | None:
+    try:
+        return os.readlink(os.path.join(proc_root, str(pid), "exe"))
+    except OSError:
+        return None  # another user's process, a kernel thread, or gone
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+
+
+def java_name(cmdline: Sequence[str], *, exe: str | None = None) -> str | None:
+    """The ``jps``-style name of a Java launcher's command line; None for anything else.
+
+    ``java [options] a.b.Main args`` -> ``Main``; ``-jar dir/app.jar`` -> ``app.jar``;
+    ``-m mod/a.b.Main`` (or ``--module``) -> ``Main``, ``-m mod`` -> ``mod``; ``Tool.java``
+    (source-file mode) -> ``Tool.java``. None when the program is not a Java launcher (by
+    ``argv[0]`` or ``exe``), when an ``@argfile`` stands among the options, or when no main
+    class follows them.
+    """
+    if not cmdline or not (_is_java(cmdline[0]) or (exe is not None and _is_java(exe))):
+        return None
+    words = iter(cmdline[1:])
+    source_mode = False
+    for word in words:
+        if word.startswith("@"):
+            return None  # an argument file: what it holds is not on the command line
+        if word == "-jar":
+            return _base_name(next(words, ""))
+        if word in ("-m", "--module"):
+            return _module_main(next(words, ""))
+        if word.startswith("--module="):
+            return _module_main(word.removeprefix("--module="))
+        if word == "--source" or word.startswith("--source="):
+            source_mode = True
+        if word in OPTIONS_WITH_VALUE:
+            if next(words, None) is None:
+                return None
+            continue
+        if word.startswith("-"):
+            continue  # a JVM or launcher option in one word (-Xmx1g, -Dk=v, -agentlib:...)
+        if source_mode or word.endswith(".java"):
+            return _base_name(word)
+        return _simple_class(word)
+    return None
+
+
+def _is_java(path: str) -> bool:
+    return os.path.basename(path) in JAVA_LAUNCHERS
+
+
+def _base_name(path: str) -> str | None:
+    return os.path.basename(path.rstrip("/")) or None
+
+
+def _simple_class(name: str) -> str | None:
+    return name.replace("/", ".").rsplit(".", 1)[-1] or None
+
+
+def _module_main(spec: str) -> str | None:
+    module, _, main_class = spec.partition("/")
+    if main_class:
+        return _simple_class(main_class)
+    return module or None
+
+
+# --------------------------------------------------------------------------------------------
+# Together
+
+
+def find_listener(
+    host: str,
+    port: int,
+    *,
+    client: tuple[str, int] | None = None,
+    proc_root: str = "/proc",
+    give_up_at: float | None = None,
+) -> LocalProcess | None:
+    """The local process serving ``host:port`` (numeric address), with its ``jps`` name.
+
+    With ``client`` (the local address of a connection we opened to ``host:port``), the process
+    holding the accepted end of that connection is preferred: a JDWP agent closes its listening
+    socket once it accepted one connection, so after a successful probe only that end is left.
+    Otherwise (or if it is not found) the LISTEN socket is used. The ``uid`` is the socket's
+    (the user that created it). None when the socket or its process cannot be found or read,
+    never an exception.
+    """
+    try:
+        owner = None
+        if client is not None:
+            owner = connected_socket((host, port), client, proc_root=proc_root)
+        if owner is None:
+            owner = listening_socket(host, port, proc_root=proc_root)
+        if owner is None:
+            return None
+        pid = process_of_inode(
+            owner.inode, uid=owner.uid, proc_root=proc_root, give_up_at=give_up_at
+        )
+        if pid is None:
+            return None
+        cmdline = read_cmdline(pid, proc_root=proc_root) or ()
+        name = java_name(cmdline, exe=_exe(proc_root, pid))
+        return LocalProcess(pid=pid, uid=owner.uid, name=name, cmdline=cmdline)
+    except (OSError, ValueError):
+        return None  # belt and braces: the helpers already answer None for what /proc holds

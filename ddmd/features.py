@@ -1,0 +1,60 @@
+"""What each DDM feature is called for a user, and the sentence that says a VM lacks it.
+
+Layer: standard library only. The snapshot keeps the machine keys (the request types ddmd found
+missing, e.g. "HPSG") for scripts; everything a person reads -- CLI lines, API error messages,
+the web page's notices -- is built here, in words a DDMS or Android Studio user knows.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: What a feature gives the user, as a noun: "could not give <noun>".
+WORDS: Final = {
+    "HELO": "its identity over DDM",
+    "FEAT": "its feature list",
+    "THEN": "thread start and end notices",
+    "THST": "thread states",
+    "STKL": "stack traces",
+    "HPIF": "heap information",
+    "HPSG": "heap segments",
+    "NHSG": "native heap segments",
+    "HPGC": "a garbage collection",
+    "DBGD": "a debugger release without a reconnect",
+}
+
+#: The sentence's verb phrase: "<VM> <lacks>".
+_LACKS: Final = {
+    "HPGC": "does not run garbage collections on request",
+    "DBGD": "does not release a debugger without a reconnect",
+}
+
+#: Why a VM is silent where an older one answers (protocol.md 3.8): said after "no answer".
+SILENCE_HINTS: Final = {
+    "THEN": "newer Android versions removed the thread handlers",
+    "THST": "newer Android versions removed the thread handlers",
+    "STKL": "newer Android versions removed the thread handlers",
+    "HPIF": "Android 12 removed the heap handlers",
+    "HPSG": "Android 12 removed them",
+    "NHSG": "Android 12 removed them",
+}
+
+
+def words(feature: str) -> str:
+    return WORDS.get(feature, f"the {feature} feature")
+
+
+def missing_sentence(vm_name: str, feature: str, why: str, *, ddm: bool | None) -> str:
+    """``vm_name`` lacks ``feature``, and why: one sentence in a user's words."""
+    if feature == "HELO":
+        return f"{vm_name} does not speak DDM (a plain JVM has none)"
+    if ddm is False:
+        return f"{vm_name} does not speak DDM (a plain JVM has none), so it has no {words(feature)}"
+    lacks = _LACKS.get(feature, f"does not report {words(feature)}")
+    return f"{vm_name} {lacks} ({why})" if why else f"{vm_name} {lacks}"
+
+
+def silence_reason(feature: str, seconds: float) -> str:
+    hint = SILENCE_HINTS.get(feature)
+    base = f"no answer within {seconds:g} s"
+    return f"{base}; {hint}" if hint else base
