@@ -1,8 +1,9 @@
 """The control API: a plain Starlette ASGI app over the VM registry, served by hypercorn under trio.
 
-Layer: imports `registry`, `errors` and plain value types from `protocol`, plus `heapimage`
-(heap pictures) and `web` (the page's static files); used by `daemon`.
-It reads the registry and asks VM handles for data; it keeps no state of its own.
+Layer: imports `registry`, `errors`, `ports` (the port book's plain logic) and plain value types
+from `protocol`, plus `heapimage` (heap pictures) and `web` (the page's static files); used by
+`daemon`. It reads the registry and asks VM handles for data; it keeps no state of its own (the
+port book it is given belongs to the daemon's `listeners.VmPorts`).
 
 Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
 and the sub-resource routes listed before the bare VM route)::
@@ -33,10 +34,11 @@ routes is an entry's key ("DEVICE|NAME") or its app name (`PortBook.match`). The
 need the daemon's port book (`create_app(ports=...)`); without one they answer 501.
 
 Errors are `{"error": message, ...}` with a status that says what happened: 400 bad request,
-401 missing or wrong token, 404 unknown target (with `candidates`), 409 ambiguous target (with
-`candidates`), 410 VmGone, 501 FeatureUnsupported, 502 DdmFailed (and any other
-VmRequestError), 504 RequestTimedOut, 500 for
-anything unexpected (logged as `control.request_failed`; the server keeps answering).
+401 missing or wrong token, 404 unknown target, thread or app (with `candidates`), 409 ambiguous
+target, thread or app (with `candidates`) or a port whose VM is connected (without), 410
+VmGone, 501 FeatureUnsupported, 502 DdmFailed (and any other VmRequestError), 504
+RequestTimedOut, 500 for anything unexpected (logged as `control.request_failed`; the server
+keeps answering).
 """
 
 from __future__ import annotations

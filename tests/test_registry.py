@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ddmd.errors import FeatureUnsupported, TargetError
-from ddmd.registry import ThreadSnapshot, VmRegistry, resolve_thread
+from ddmd.registry import ThreadSnapshot, VmRegistry, VmSnapshot, resolve_thread
 from tests.control.fakes import FakeVm, make_registry, make_snapshot, sample_threads
 
 # ------------------------------------------------------------------------------ helpers
@@ -236,7 +236,7 @@ THREADS = (
 )
 
 
-def snapshot(threads: tuple[ThreadSnapshot, ...] | None = THREADS):  # type: ignore[no-untyped-def]
+def snapshot(threads: tuple[ThreadSnapshot, ...] | None = THREADS) -> VmSnapshot:
     return make_snapshot("emu/100", threads=threads)
 
 

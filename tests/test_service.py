@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -210,3 +211,148 @@ def test_ddmd_run_notifies_ready_after_binding_and_stopping_on_sigterm(tmp_path,
     assert events.index("control.listening") < events.index("daemon.started")
     assert events.index("debugger.listening") < events.index("daemon.started")
     assert events.index("daemon.signal_received") < events.index("daemon.stopping")
+
+
+# ------------------------------------------------------------------------------ one at a time
+
+
+def _daemon_config(tmp_path: Path) -> tuple[Path, int, list[int]]:
+    """A config on free ports, adb off: (file, control port, scan ports)."""
+    ports = free_port_range(8)
+    scan, control, current, debugger = ports[0:4], ports[4], ports[5], ports[6:8]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[scan]\nports = "{scan[0]}-{scan[-1]}"\ninterval = 0.2\n'
+        f"[control]\nport = {control}\n"
+        f'[debugger]\nports = "{debugger[0]}-{debugger[-1]}"\ncurrent_port = {current}\n'
+        f'state_file = "{tmp_path / "ports.json"}"\n'
+        '[adb]\nenabled = "off"\n'
+    )
+    return config, control, scan
+
+
+def _daemon_env(tmp_path: Path, runtime: str = "run") -> dict[str, str]:
+    (tmp_path / runtime).mkdir(mode=0o700, exist_ok=True)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "XDG_RUNTIME_DIR": str(tmp_path / runtime),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DDMD_CONFIG", None)
+    env.pop("NOTIFY_SOCKET", None)
+    return env
+
+
+def _start(tmp_path: Path, config: Path, env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    with (tmp_path / f"{name}.out").open("wb") as out, (tmp_path / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"],
+            stdout=out,
+            stderr=err,
+            env=env,
+            cwd=ROOT,
+        )
+
+
+def _health(control: int, proc: subprocess.Popen[bytes], tmp_path: Path, name: str) -> dict:
+    """The daemon's health answer, once it gives one (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log = (tmp_path / f"{name}.err").read_text()
+            pytest.fail(f"ddmd exited with {proc.returncode}: {log}")
+        try:
+            r = httpx.get(f"http://127.0.0.1:{control}/api/v1/health", trust_env=False, timeout=2)
+            return dict(r.json())
+        except httpx.TransportError:
+            time.sleep(0.1)
+    pytest.fail(f"no health answer on {control} within 30 s")
+
+
+def _ddmd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddmd", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_run_or_demo_says_ddmd_is_already_running(tmp_path):
+    config, control, scan = _daemon_config(tmp_path)
+    env = _daemon_env(tmp_path)
+    first = _start(tmp_path, config, env, "first")
+    try:
+        health = _health(control, first, tmp_path, "first")
+        assert health["pid"] == first.pid
+        assert health["adb"] == {"enabled": "off", "config": str(config)}
+        said = (
+            f"ddmd is already running (pid {first.pid}, control 127.0.0.1:{control}); "
+            "use that one (e.g. 'ddmd clients'), or stop it first"
+        )
+
+        second = _ddmd("run", "--config", str(config), env=env)
+        assert second.returncode == 4, second.stderr
+        assert second.stderr.splitlines()[-1] == f"ddmd run: {said}"
+
+        demo = _ddmd("demo", "--config", str(config), env=env)
+        assert demo.returncode == 4, demo.stderr
+        assert demo.stderr.splitlines()[-1] == f"ddmd demo: {said}"
+        assert "simulated VMs" not in demo.stderr
+
+        # Without the lock (another runtime directory), the control address still tells.
+        elsewhere = _ddmd("run", "--config", str(config), env=_daemon_env(tmp_path, "run2"))
+        assert elsewhere.returncode == 4, elsewhere.stderr
+        assert elsewhere.stderr.splitlines()[-1] == f"ddmd run: {said}"
+
+        # Nothing was left listening in the scan range, and the first daemon saw no VM.
+        assert [p for p in scan if _accepts(p)] == []
+        vms = httpx.get(f"http://127.0.0.1:{control}/api/v1/vms", trust_env=False, timeout=5)
+        assert vms.json() == []
+
+        # `ddmd devices` says where adb is turned off, instead of an empty table.
+        devices = _ddmd("devices", "--control", f"127.0.0.1:{control}", env=env)
+        assert devices.returncode == 0, devices.stderr
+        assert f'adb is turned off: [adb] enabled = "off" in {config}' in devices.stdout
+        listed = _ddmd("devices", "--json", "--control", f"127.0.0.1:{control}", env=env)
+        assert json.loads(listed.stdout) == []
+        assert first.poll() is None
+    finally:
+        assert _stop(first) == 0
+    events = [
+        json.loads(line)["event"] for line in (tmp_path / "first.out").read_text().splitlines()
+    ]
+    assert "vm.found" not in events
+
+
+def test_a_daemon_killed_with_sigkill_does_not_block_the_next(tmp_path):
+    config, control, _ = _daemon_config(tmp_path)
+    env = _daemon_env(tmp_path)
+    first = _start(tmp_path, config, env, "first")
+    try:
+        assert _health(control, first, tmp_path, "first")["pid"] == first.pid
+    finally:
+        first.kill()  # SIGKILL: no clean-up of any kind
+        first.wait(timeout=20)
+    assert (tmp_path / "run" / "ddmd" / f"control-{control}.lock").exists()  # left behind
+    second = _start(tmp_path, config, env, "second")
+    try:
+        assert _health(control, second, tmp_path, "second")["pid"] == second.pid
+    finally:
+        assert _stop(second) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -177,9 +176,16 @@ async def test_heap_segments_gc_and_stack(draft: bool, tmp_path) -> None:
             frames = response.json()["frames"]
             assert frames[0]["class_name"] == "android.os.MessageQueue"
             assert frames[0]["line"] == -2
+            # By name, as 'ddmd stack TARGET main' asks.
+            response = await h.client.get(f"{base}/threads/main/stack")
+            assert response.status_code == 200, response.text
+            assert response.json()["thread_id"] == 1
+            assert response.json()["thread_name"] == "main"
+            # An id the VM does not list is refused before the VM is asked, with the known ids.
             response = await h.client.get(f"{base}/threads/999/stack")
-            assert response.status_code == 502
-            assert "Stack trace unavailable" in response.json()["error"]
+            assert response.status_code == 404
+            assert response.json()["error"] == f"no thread 999 in VM {vm_id(port)}"
+            assert "1 main" in response.json()["candidates"]
 
 
 async def test_vm_gone_then_port_scanned_again(tmp_path) -> None:

@@ -93,9 +93,7 @@ async def test_a_vm_that_answers_fail_is_refused_with_a_sentence(tmp_path, flavo
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
         async with monitor([port], tmp_path) as h:
-            await h.start_sim(
-                port, flavor=flavor, fail_types=("HPGC", "HPSG"), app_name="com.x.f"
-            )
+            await h.start_sim(port, flavor=flavor, fail_types=("HPGC", "HPSG"), app_name="com.x.f")
             await h.wait_vm(vm_id(port), lambda v: v["state"] == "ready" and bool(v["heaps"]))
             base = f"/api/v1/vms/{vm_id(port)}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -541,3 +542,67 @@ def test_default_timeouts(monkeypatch):
     monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.MockTransport(handler))
     assert invoke(clients).exit_code == 0
     assert seen == [{"connect": 2.0, "read": 10.0, "write": 10.0, "pool": 10.0}]
+
+
+# ------------------------------------------------------------------------------ threads --watch
+
+
+def test_threads_watch_into_a_pipe_prints_a_time_line_before_each_table(api):
+    # CliRunner's stdout is not a terminal, as with `ddmd threads X --watch | tee log`.
+    result = invoke(threads, "emulator-5554/1234", "--watch", "--interval", "0.01", "--count", "3")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout  # no terminal codes
+    lines = result.stdout.splitlines()
+    stamps = [i for i, line in enumerate(lines) if line.startswith("---")]
+    assert len(stamps) == 3
+    for i in stamps:
+        assert re.fullmatch(r"--- \d{4}-\d\d-\d\d \d\d:\d\d:\d\d ---", lines[i]), lines[i]
+        assert lines[i + 1].startswith("threads of VM ")
+        assert "emulator-5554/1234" in lines[i + 1]
+
+
+def test_threads_watch_on_a_terminal_redraws_in_place(api, monkeypatch):
+    monkeypatch.setattr(cli_client, "_is_tty", lambda: True)
+    args = ["emulator-5554/1234", "--watch", "--interval", "0.01", "--count", "2"]
+    # color=True: click keeps escape codes only for what it takes to be a terminal.
+    result = CliRunner().invoke(threads, args, catch_exceptions=False, color=True)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("\x1b[H\x1b[2J") == 2
+    assert "---" not in result.stdout
+
+
+def test_threads_without_watch_prints_the_table_alone(api):
+    result = invoke(threads, "emulator-5554/1234")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("threads of VM ")
+    assert "---" not in result.stdout
+
+
+# ------------------------------------------------------------------------------ devices, adb off
+
+
+def route_with_health(monkeypatch, health: dict) -> None:
+    app = create_app(make_registry(), health=health)
+    monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.ASGITransport(app=app))
+
+
+def test_devices_says_where_adb_is_turned_off(monkeypatch):
+    source = "/home/u/.config/ddmd/config.toml"
+    route_with_health(monkeypatch, {"adb": {"enabled": "off", "config": source}})
+    result = invoke(cli_client.devices)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        f'adb is turned off: [adb] enabled = "off" in {source}; set it to "auto" (or "on") '
+        "and restart the daemon to list Android devices"
+    )
+    # --json keeps the API's shape: a plain list.
+    listed = invoke(cli_client.devices, "--json")
+    assert json.loads(listed.stdout) == []
+
+
+def test_devices_with_adb_on_and_no_device_says_none_is_known(monkeypatch):
+    route_with_health(monkeypatch, {"adb": {"enabled": "auto", "config": None}})
+    result = invoke(cli_client.devices)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("no Android devices are known to the daemon")
+    assert "turned off" not in result.stdout
