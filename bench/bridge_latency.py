@@ -1,32 +1,68 @@
-"""JDWP bridge benchmark: JDI round-trip latency, jdb attach time and 1 GiB relay memory of ddmd.
+"""JDWP bridge benchmark: JDI round-trip latency and CPU, jdb attach time, 1 GiB relay memory.
 
-Run: ``.venv/bin/python bench/bridge_latency.py [--rounds 4] [--count 2000] [--profile]``
+Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 2]
+[--count 2000] [--skip-big] [--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
-with javac into a temp dir at start.
+with javac into a temp dir at start. ``--quick`` is a smoke run (one phase, one round, 300 timed
+calls per session, no 1 GiB packet, under a minute); its figures are rough.
 
 Round trips. ``RoundTrip.java`` is one long-lived JDI client (so every path is measured by the
 same warmed-up JVM): per session it attaches with ``com.sun.jdi.SocketAttach``, calls
 ``ThreadReference.status()`` on the target's sleeping ``main`` thread WARMUP times untimed and
-COUNT times timed, then ``dispose()``. The paths, measured in one interleaved run (the order
+COUNT times timed, then ``dispose()``. The paths, all measured in one interleaved run (the order
 rotates every round, so drift and order effects hit all paths alike):
 
-- direct:     JDI -> the JVM's JDWP port;
-- trio relay: JDI -> a plain trio byte relay (this script in ``--relay`` mode, its own
+- direct:             JDI -> the JVM's JDWP port;
+- trio relay:         JDI -> a plain trio byte relay (this script in ``--relay`` mode, its own
   process: ``receive_some``/``send_all`` both ways) -> the JVM;
-- socat:      JDI -> ``socat TCP-LISTEN:..,reuseaddr,fork TCP:..`` -> the JVM (when installed);
-- ddmd:       JDI -> ddmd's current-VM port (``ddmd run --config TMP``, VM selected through
-  ``POST /api/v1/vms/{target}/select``) -> the JVM.
+- socat:              JDI -> ``socat TCP-LISTEN:..,reuseaddr,fork TCP:..`` -> the JVM (when
+  installed);
+- ddmd:               JDI -> ddmd's current-VM port -> the JVM, found by ddmd's port scan and
+  selected through ``POST /api/v1/vms/{target}/select`` ("the scan path");
+- adb forward:        the plain adb stream. JDI -> the adb server's forward listener -> the JVM,
+  set up with the real ``adb -P PORT forward tcp:X jdwp:PID`` (Debian's adb client) against a
+  stand-in adb server (``fake_adb.py``, see below), which then relays every connection to the
+  pid as the real server relays it to the device. This is what a debugger gets from adb alone;
+- trio relay via adb: JDI -> the trio relay (``--relay-adb`` mode), which opens ``jdwp:PID``
+  through the stand-in adb server for each connection -> the JVM: a plain relay on the adb
+  path, the counterpart of "trio relay" on the scan path;
+- ddmd via adb:       JDI -> ddmd's per-VM debugger port -> ddmd's ``jdwp:PID`` stream through
+  the stand-in adb server -> the JVM. ddmd runs with ``[adb] enabled = "on"`` and that server's
+  port, and finds the VM by ``track-jdwp`` as it finds a phone's apps;
+- ddmlib via adb:     the reference. JDI -> the old ddmlib's per-VM debugger port -> ddmlib's
+  ``jdwp:PID`` stream through the stand-in adb server -> the JVM. ddmlib is Debian's
+  ``libandroid-ddms-java`` (ddmlib 25.x, what DDMS and Android Studio 2 used), driven by
+  ``java/DdmlibDriver.java`` (``AndroidDebugBridge`` with client support, per-VM port base and
+  "selected client" port set to free ports). Skipped, with a note, when its jars are missing.
 
-A JVM takes one JDWP connection at a time and ddmd keeps its connection, so two identical
-JVMs (same program, same flags) are used: in the first half ddmd owns JVM#2 while the other
-paths use JVM#1; in the second half the roles are swapped (a new ddmd scans only JVM#1), so a
-difference between the JVMs cancels out. Before timing, two sessions through ddmd that differ
-by 1000 calls are compared with ddmd's own packet counters (``debugger.detached`` log event):
-each ``status()`` must be exactly one command and one reply.
+There is no Android device here. ``fake_adb.py`` (a child process, one per owner so that ddmd
+and ddmlib each see only their own VM) speaks the adb host protocol and plays the device too:
+its device's ``jdwp:PID`` leads to a local JVM, the pid being the JVM's real pid. So on the adb
+paths the stand-in server's relay replaces the adb server + USB + adbd of a real phone; only
+differences between adb paths (ddmd's own hop = "ddmd via adb" - "adb forward") carry over to a
+real device, not the absolute figures.
+
+A JVM takes one JDWP connection at a time and ddmd and ddmlib keep theirs, so four identical
+JVMs (same program, same flags) are used, in four roles: "free" (direct, trio relay, socat,
+adb forward, trio relay via adb: one session at a time), "scan" (owned by ddmd through its
+scan), "adb" (owned by ddmd through adb) and "ddmlib" (owned by ddmlib). One ddmd process serves
+both the scan and the adb path. Each phase starts fresh ddmd, ddmlib and stand-in servers; the
+roles rotate over the JVMs from phase to phase (``--phases 4``: every JVM takes every role
+once), so a difference between the JVMs cancels out. Before timing, in the first phase, two
+sessions through ddmd that differ by 1000 calls are compared with ddmd's own packet counters
+(``debugger.detached`` log event), on the scan and on the adb path: each ``status()`` must be
+exactly one command and one reply.
+
+CPU per round trip: for every session, the utime+stime of every process on its path (relays,
+socat, ddmd, the stand-in adb server, ddmlib's JVM; and, for reference, the target JVM and the
+JDI client) is read from /proc/PID/stat right before and right after the timed calls (the JDI
+client waits at both marks), summed over all sessions of the path and divided by their round
+trips. /proc counts in clock ticks (10 ms), so short runs (``--quick``) give coarse figures;
+the tick counts are printed.
 
 jdb attach: the time from starting ``jdb -attach 127.0.0.1:PORT`` to its first ``>`` prompt
-(then ``quit``), direct vs through ddmd, one of each per round, interleaved.
+(then ``quit``), direct vs through ddmd (scan path), one of each per round, interleaved.
 
 1 GiB packet: a fake VM (``--fake-vm`` mode: JDWP handshake, HELO -> error 99, Version, and a
 reply of exactly 2**30 bytes, header included, to VirtualMachine.AllClasses, streamed from one
@@ -36,11 +72,15 @@ VmHWM (/proc/PID/status) before and after, its VmRSS sampled meanwhile, and the 
 the relay fails with the default config, it runs once more with [debugger] queue_packets raised
 so that the debugger is never dropped, to show what then bounds ddmd's memory.
 
-Targets: ddmd's added median latency at most 1.1x the trio relay's; attach through ddmd at most
-1.5x direct; ddmd's RSS under 100 MB (10**6 bytes) while the 1 GiB packet is relayed. Prints
-figures and PASS/MISS; asserts nothing. ``--profile`` then measures the CPU time per round trip
-of ddmd and of the trio relay (/proc/PID/stat) and, when py-spy is installed
-(``.venv/bin/pip install py-spy``), samples ddmd meanwhile and prints its hot spots.
+Targets, as ratios within the run: on the scan path, ddmd's added median latency (over direct)
+at most 1.1x the trio relay's, and ddmd's CPU per round trip at most 1.1x the trio relay's; on
+the adb path, ddmd's own hop ("ddmd via adb" - "adb forward", medians) no more than ddmd's added
+latency on the scan path; attach through ddmd at most 1.5x direct; ddmd's RSS under 100 MB
+(10**6 bytes) while the 1 GiB packet is relayed. Comparisons with ddmlib and with the trio relay
+on the adb path are printed as information. Prints figures and PASS/MISS; asserts nothing.
+``--profile`` then measures ddmd and the trio relay once more over many round trips and, when
+py-spy is installed (``.venv/bin/pip install py-spy``), samples ddmd meanwhile and prints its
+hot spots.
 """
 
 from __future__ import annotations
@@ -72,9 +112,17 @@ from children import Child
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_DIR = Path(__file__).resolve().parent / "java"
+FAKE_ADB = Path(__file__).resolve().parent / "fake_adb.py"
 HOST = "127.0.0.1"
+# ddmlib 25.x from Debian's libandroid-ddms-java and what it needs at run time
+DDMLIB_JARS = tuple(
+    f"/usr/share/java/{jar}.jar"
+    for jar in ("com.android.tools.ddms.ddmlib", "com.android.tools.common", "guava", "kxml2")
+)
 
 LATENCY_TARGET = 1.1  # added(ddmd) / added(trio relay), medians
+CPU_TARGET = 1.1  # CPU per round trip: ddmd / trio relay, scan path
+HOP_TARGET = 1.0  # ddmd's own hop on the adb path / ddmd's added latency on the scan path
 ATTACH_TARGET = 1.5  # jdb attach through ddmd / direct, medians
 RSS_TARGET_MB = 100.0  # ddmd's peak RSS while a 1 GiB packet is relayed
 MB = 1_000_000
@@ -145,6 +193,18 @@ class Ports:
                 return port
         raise RuntimeError("no free port left below 32768")
 
+    def take_range(self, n: int) -> tuple[int, int]:
+        """``n`` consecutive free ports: (first, last)."""
+        while self._next + n <= 32768:
+            first = self._next
+            span = range(first, first + n)
+            self._next += 1
+            if all(p not in self._given and _bindable(p) for p in span):
+                self._given.update(span)
+                self._next = first + n
+                return first, first + n - 1
+        raise RuntimeError(f"no {n} consecutive free ports left below 32768")
+
 
 def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -169,9 +229,29 @@ def wait_listening(port: int, child: Child, timeout: float = 10.0) -> None:
 # Java: target JVMs and the JDI round-trip client
 
 
-def compile_java(out: Path) -> None:
-    sources = sorted(str(p) for p in JAVA_DIR.glob("*.java"))
+DDMLIB_DRIVER = "DdmlibDriver.java"
+
+
+def compile_java(out: Path, ddmlib_jars: Sequence[str]) -> str | None:
+    """Compile bench/java into ``out``; DdmlibDriver only when ddmlib's jars are all there.
+    Returns why the ddmlib path cannot run, or None."""
+    sources = sorted(str(p) for p in JAVA_DIR.glob("*.java") if p.name != DDMLIB_DRIVER)
     subprocess.run(["javac", "-d", str(out), *sources], check=True)
+    missing = [jar for jar in ddmlib_jars if not Path(jar).is_file()]
+    if missing:
+        return (
+            f"ddmlib via adb: skipped, {', '.join(missing)} not found (Debian: apt install "
+            "libandroid-ddms-java, or --ddmlib-classpath)"
+        )
+    classpath = os.pathsep.join(ddmlib_jars)
+    done = subprocess.run(
+        ["javac", "-d", str(out), "-cp", classpath, str(JAVA_DIR / DDMLIB_DRIVER)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        return f"ddmlib via adb: skipped, DdmlibDriver does not compile: {done.stderr[-500:]}"
+    return None
 
 
 def java_version() -> str:
@@ -186,19 +266,37 @@ class Jvm:
     port: int
     child: Child
 
+    @property
+    def pid(self) -> int:
+        return self.child.pid
 
-def start_jvm(children: Children, name: str, port: int, classes: Path) -> Jvm:
-    agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{port}"
-    argv = ["java", agent, "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), "Target"]
-    child = children.start(name, argv)
-    child.wait_match(rf"Listening for transport dt_socket at address: {port}\b", 20)
-    return Jvm(name, port, child)
+
+def start_jvms(children: Children, n: int, ports: Ports, classes: Path) -> list[Jvm]:
+    """``n`` identical target JVMs (JVM#1...), started together."""
+    jvms = []
+    for i in range(n):
+        port = ports.take()
+        agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{port}"
+        argv = ["java", agent, "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), "Target"]
+        jvms.append(Jvm(f"JVM#{i + 1}", port, children.start(f"JVM#{i + 1}", argv)))
+    for jvm in jvms:
+        jvm.child.wait_match(rf"Listening for transport dt_socket at address: {jvm.port}\b", 20)
+    return jvms
 
 
 @dataclass
 class Session:
     attach_ms: float
     samples_us: list[float]
+    # CPU clock ticks (utime, stime) of each watched process over the timed calls
+    cpu: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """(utime, stime) of a process, all its threads, in clock ticks (/proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]), int(fields[12])
 
 
 class RoundTripClient:
@@ -208,22 +306,69 @@ class RoundTripClient:
         self.child = children.start("RoundTrip", ["java", "-cp", str(classes), "RoundTrip"])
         self.child.wait_match(r"^READY$", 20)
 
-    def measure(self, port: int, warmup: int, count: int) -> Session:
-        self.child.send(f"{HOST} {port} {warmup} {count}")
+    def measure(
+        self, port: int, warmup: int, count: int, watch: Sequence[tuple[str, int]] = ()
+    ) -> Session:
+        """One session; with ``watch`` ((label, pid), ...), the CPU ticks each of those
+        processes spent during the timed calls."""
+        cpu: dict[str, tuple[int, int]] = {}
+        if watch:
+            self.child.send(f"{HOST} {port} {warmup} {count} sync")
+            self._mark(port)
+            before = [cpu_ticks(pid) for _, pid in watch]
+            self.child.send("go")
+            self._mark(port)
+            after = [cpu_ticks(pid) for _, pid in watch]
+            self.child.send("go")
+            for (label, _), (u0, s0), (u1, s1) in zip(watch, before, after, strict=True):
+                cpu[label] = (u1 - u0, s1 - s0)
+        else:
+            self.child.send(f"{HOST} {port} {warmup} {count}")
         line = self.child.wait_match(r"^(RT|ERR) ", 60)[1].string
         if line.startswith("ERR"):
             raise RuntimeError(f"RoundTrip on port {port}: {line}")
         fields = line.split()
-        return Session(int(fields[1]) / 1e6, [int(x) / 1000 for x in fields[2:]])
+        return Session(int(fields[1]) / 1e6, [int(x) / 1000 for x in fields[2:]], cpu)
+
+    def _mark(self, port: int) -> None:
+        """Wait for the client's MARK; its ERR line raises."""
+        line = self.child.wait_match(r"^(MARK$|ERR )", 60)[1].string
+        if line.startswith("ERR"):
+            raise RuntimeError(f"RoundTrip on port {port}: {line}")
 
 
 # --------------------------------------------------------------------------------------------
 # Relays: trio (this script, --relay), socat, ddmd
 
 
-def relay_main(listen_port: int, target_port: int) -> None:
-    """A plain trio byte relay: one upstream connection per accepted client, bytes both ways."""
+def relay_main(listen_port: int, target_port: int, adb: tuple[str, int] | None = None) -> None:
+    """A plain trio byte relay: one upstream connection per accepted client, bytes both ways.
+    With ``adb`` (serial, pid), ``target_port`` is an adb server's and each upstream connection
+    is a ``jdwp:PID`` stream opened through it (selector, then service, each answered OKAY)."""
     import trio
+
+    async def adb_request(stream: trio.SocketStream, service: str) -> None:
+        await stream.send_all(b"%04x" % len(service) + service.encode())
+        status = b""
+        while len(status) < 4:
+            data = await stream.receive_some(4 - len(status))
+            if not data:
+                raise OSError(f"the adb server closed the connection after {service!r}")
+            status += data
+        if status != b"OKAY":
+            raise OSError(f"the adb server refused {service!r}: {status!r}")
+
+    async def open_upstream() -> trio.SocketStream:
+        with trio.fail_after(5):
+            upstream = await trio.open_tcp_stream(HOST, target_port)
+            if adb is not None:
+                try:
+                    await adb_request(upstream, f"host:transport:{adb[0]}")
+                    await adb_request(upstream, f"jdwp:{adb[1]}")
+                except BaseException:
+                    await upstream.aclose()
+                    raise
+            return upstream
 
     async def pump(src: trio.SocketStream, dst: trio.SocketStream, done: trio.CancelScope) -> None:
         try:
@@ -237,8 +382,9 @@ def relay_main(listen_port: int, target_port: int) -> None:
     async def handle(client: trio.SocketStream) -> None:
         async with client:
             try:
-                upstream = await trio.open_tcp_stream(HOST, target_port)
-            except OSError:
+                upstream = await open_upstream()
+            except (OSError, trio.TooSlowError) as exc:
+                print(f"relay: no upstream: {exc!r}", file=sys.stderr, flush=True)
                 return
             async with upstream, trio.open_nursery() as nursery:
                 nursery.start_soon(pump, client, upstream, nursery.cancel_scope)
@@ -260,6 +406,73 @@ def start_relay(children: Children, listen_port: int, target_port: int) -> Child
     return child
 
 
+def start_relay_adb(
+    children: Children, listen_port: int, adb_port: int, serial: str, pid: int
+) -> Child:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--relay-adb", str(listen_port)]
+    child = children.start("trio relay via adb", [*argv, str(adb_port), serial, str(pid)])
+    child.wait_match(r"^ready$", 20)
+    return child
+
+
+# --------------------------------------------------------------------------------------------
+# The adb side: stand-in adb servers (fake_adb.py), adb forward, ddmlib
+
+
+@dataclass
+class FakeAdb:
+    child: Child
+    port: int
+    serial: str
+
+
+def start_fake_adb(children: Children, serial: str, jvm: Jvm) -> FakeAdb:
+    """A stand-in adb server whose one device has one debuggable pid: ``jvm``."""
+    argv = [sys.executable, str(FAKE_ADB), "--serial", serial, "--pid", f"{jvm.pid}={jvm.port}"]
+    child = children.start(f"fake adb {serial}", argv)
+    port = int(child.wait_match(r"^listening (\d+)$", 20)[1].group(1))
+    return FakeAdb(child, port, serial)
+
+
+def adb_forward(fake: FakeAdb, local_port: int, pid: int) -> str:
+    """``adb -P PORT forward tcp:LOCAL jdwp:PID`` with the real adb client; how it was done."""
+    adb = shutil.which("adb")
+    spec = f"tcp:{local_port} jdwp:{pid}"
+    if adb is not None:
+        argv = [adb, "-P", str(fake.port), "-s", fake.serial, "forward", *spec.split()]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(argv)} failed: {(done.stdout + done.stderr).strip()}")
+        return f"`adb forward {spec}` (the real adb client)"
+    # No adb program: the same host request, sent from here.
+    service = f"host-serial:{fake.serial}:forward:{spec.replace(' ', ';')}".encode()
+    with socket.create_connection((HOST, fake.port), timeout=10) as sock:
+        sock.sendall(b"%04x" % len(service) + service)
+        if recv_exact(sock, 8) != b"OKAYOKAY":
+            raise RuntimeError(f"the stand-in adb server refused forward {spec}")
+    return f"forward {spec} requested directly (no adb program on PATH)"
+
+
+@dataclass
+class Ddmlib:
+    child: Child
+    debugger_port: int
+
+
+def start_ddmlib(
+    children: Children, classes: Path, jars: Sequence[str], fake: FakeAdb, ports: Ports
+) -> Ddmlib:
+    """DdmlibDriver on the stand-in server ``fake``; returns once its VM has a debugger port."""
+    classpath = os.pathsep.join([str(classes), *jars])
+    base, selected = ports.take(), ports.take()
+    argv = ["java", "-cp", classpath, "DdmlibDriver", str(fake.port)]
+    child = children.start("ddmlib", [*argv, str(base), str(selected), "30"])
+    line = child.wait_match(r"^(CLIENT \S+ \d+ \d+|ERR .*)$", 40)[1].string
+    if line.startswith("ERR"):
+        raise RuntimeError(f"ddmlib: {line[4:]}")
+    return Ddmlib(child, int(line.split()[3]))
+
+
 def start_socat(children: Children, listen_port: int, target_port: int) -> Child:
     listen = f"TCP-LISTEN:{listen_port},bind={HOST},reuseaddr,fork"
     child = children.start("socat", ["socat", listen, f"TCP:{HOST}:{target_port}"])
@@ -275,13 +488,23 @@ class Ddmd:
     current_port: int
     vm_id: str
     log_file: IO[str]
+    adb_vm_id: str | None = None  # the VM found through adb, and its own debugger port
+    adb_port: int | None = None
 
 
 def write_config(
-    path: Path, *, scan: int, ports: Ports, queue_packets: int | None
+    path: Path, *, scan: int, ports: Ports, queue_packets: int | None, adb: int | None = None
 ) -> tuple[int, int]:
-    control_port, current_port, debugger_port = ports.take(), ports.take(), ports.take()
+    """ddmd's config: scan only port ``scan``; with ``adb``, use the adb server on that port
+    (and never start one: the adb program configured does not exist)."""
+    control_port, current_port = ports.take(), ports.take()
+    first, last = ports.take_range(2)  # a per-VM port for the scanned VM and the adb one
     queue = "" if queue_packets is None else f"queue_packets = {queue_packets}\n"
+    if adb is None:
+        adb_section = 'enabled = "off"'
+    else:
+        no_adb = path.parent / "no-adb-program"
+        adb_section = f'enabled = "on"\nhost = "{HOST}"\nport = {adb}\npath = "{no_adb}"'
     path.write_text(
         f"""\
 [scan]
@@ -290,11 +513,11 @@ ports = "{scan}"
 interval = 0.5
 
 [adb]
-enabled = "off"
+{adb_section}
 
 [debugger]
 host = "{HOST}"
-ports = "{debugger_port}"
+ports = "{first}-{last}"
 current_port = {current_port}
 state_file = "{path.parent / (path.stem + "-ports.json")}"
 {queue}
@@ -318,38 +541,63 @@ def start_ddmd(
     ports: Ports,
     *,
     queue_packets: int | None = None,
+    adb: tuple[FakeAdb, Jvm] | None = None,
 ) -> Ddmd:
-    """``ddmd run`` scanning only ``scan_port``; returns once that VM is identified and selected."""
+    """``ddmd run`` scanning only ``scan_port``; returns once that VM is identified and selected.
+    With ``adb`` (server, JVM behind it), also once the JVM is ready through adb."""
     config = work / f"{name}.toml"
     control_port, current_port = write_config(
-        config, scan=scan_port, ports=ports, queue_packets=queue_packets
+        config,
+        scan=scan_port,
+        ports=ports,
+        queue_packets=queue_packets,
+        adb=None if adb is None else adb[0].port,
     )
     log_path = work / f"{name}.log"
     log_file = log_path.open("w", encoding="utf-8")
     argv = [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
     child = children.start(name, argv, stdout=log_file)
-    vm_id = f"tcp:{scan_port}"
-    select_vm(child, control_port, vm_id)
-    return Ddmd(child, log_path, control_port, current_port, vm_id, log_file)
+    ddmd = Ddmd(child, log_path, control_port, current_port, f"tcp:{scan_port}", log_file)
+    try:
+        wait_vm(ddmd, ddmd.vm_id)
+        select_vm(ddmd, ddmd.vm_id)
+        if adb is not None:
+            ddmd.adb_vm_id = f"{adb[0].serial}/{adb[1].pid}"
+            ddmd.adb_port = int(str(wait_vm(ddmd, ddmd.adb_vm_id)["debugger_port"]))
+    except BaseException:
+        stop_ddmd(children, ddmd)
+        raise
+    return ddmd
 
 
-def select_vm(child: Child, control_port: int, vm_id: str, timeout: float = 30.0) -> None:
+def wait_vm(ddmd: Ddmd, vm_id: str, timeout: float = 30.0) -> dict[str, object]:
+    """The control API's entry of ``vm_id`` once it is ready (a plain JVM: no DDM) and has its
+    own debugger port."""
     import httpx
 
-    base = f"http://{HOST}:{control_port}/api/v1"
+    base = f"http://{HOST}:{ddmd.control_port}/api/v1"
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=5.0) as client:
         while True:
-            child.check_alive()
+            ddmd.child.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"ddmd did not list {vm_id} as ready within {timeout:g} s")
             try:
                 vms = client.get(f"{base}/vms").json()
             except (httpx.HTTPError, ValueError):
                 vms = []
-            if any(v["id"] == vm_id and v["state"] == "ready" and v["ddm"] is False for v in vms):
-                break
+            for v in vms:
+                ready = v["state"] == "ready" and v["ddm"] is False
+                if v["id"] == vm_id and ready and v.get("debugger_port"):
+                    return dict(v)
             time.sleep(0.1)
+
+
+def select_vm(ddmd: Ddmd, vm_id: str) -> None:
+    import httpx
+
+    base = f"http://{HOST}:{ddmd.control_port}/api/v1"
+    with httpx.Client(timeout=5.0) as client:
         reply = client.post(f"{base}/vms/{vm_id}/select")
         reply.raise_for_status()
 
@@ -379,12 +627,13 @@ def detached_counters(log_path: Path) -> list[tuple[int, int]]:
     ]
 
 
-def check_one_packet_per_call(rt: RoundTripClient, ddmd: Ddmd) -> str:
-    """Two sessions through ddmd differing by 1000 status() calls, per ddmd's own counters."""
+def check_one_packet_per_call(rt: RoundTripClient, ddmd: Ddmd, port: int, path: str) -> str:
+    """Two sessions through ddmd's ``port`` differing by 1000 status() calls, per ddmd's own
+    counters."""
     counts = []
     for n in (200, 1200):
         before = len(detached_counters(ddmd.log_path))
-        rt.measure(ddmd.current_port, 0, n)
+        rt.measure(port, 0, n)
         deadline = time.monotonic() + 10
         while len(entries := detached_counters(ddmd.log_path)) == before:
             if time.monotonic() > deadline:
@@ -394,7 +643,10 @@ def check_one_packet_per_call(rt: RoundTripClient, ddmd: Ddmd) -> str:
         time.sleep(PAUSE)
     d_in, d_out = counts[1][0] - counts[0][0], counts[1][1] - counts[0][1]
     verdict = "one command + one reply per call" if d_in == d_out == 1000 else "NOT 1:1"
-    return f"check: +1000 status() calls -> +{d_in} commands, +{d_out} replies in ddmd ({verdict})"
+    return (
+        f"check ({path}): +1000 status() calls -> +{d_in} commands, +{d_out} replies in ddmd "
+        f"({verdict})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -622,13 +874,6 @@ def big_packet_phase(children: Children, work: Path, ports: Ports) -> list[BigRe
 # Profiling (--profile): CPU per round trip of ddmd and of the trio relay; py-spy hot spots
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(utime, stime) of a process in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-
-
 def py_spy() -> str | None:
     beside = Path(sys.executable).parent / "py-spy"
     return str(beside) if beside.exists() else shutil.which("py-spy")
@@ -676,13 +921,12 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
         for name, child, port in targets:
             rt.measure(port, bench.args.warmup, 100)
             time.sleep(PAUSE)
-            user0, sys0 = cpu_seconds(child.pid)
-            session = rt.measure(port, 0, count)
-            user1, sys1 = cpu_seconds(child.pid)
+            session = rt.measure(port, 0, count, [(name, child.pid)])
+            user, system = session.cpu[name]
             lines.append(
                 f"  {name:<11} median {statistics.median(session.samples_us):6.1f} us; CPU per "
-                f"round trip: user {(user1 - user0) / count * 1e6:5.1f} us, "
-                f"sys {(sys1 - sys0) / count * 1e6:5.1f} us"
+                f"round trip: user {user / CLK_TCK / count * 1e6:5.1f} us, "
+                f"sys {system / CLK_TCK / count * 1e6:5.1f} us"
             )
             time.sleep(PAUSE)
         if spy is not None:  # a separate session, so the CPU figures above are py-spy free
@@ -714,14 +958,30 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
 
 
 @dataclass
+class Route:
+    """One path from the JDI client to a JVM."""
+
+    name: str
+    port: int  # where the JDI client connects
+    jvm: Jvm
+    middle: list[tuple[str, Child]]  # the processes in between, (label, process)
+
+
+ENDS = ("target JVM", "JDI client")  # watched on every path, for reference
+
+
+@dataclass
 class Figures:
     sessions: dict[str, list[Session]] = field(default_factory=dict)
-    by_half: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    by_phase: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     jdb: dict[str, list[float]] = field(default_factory=dict)
+    middle: dict[str, list[str]] = field(default_factory=dict)  # path -> its processes' labels
 
 
 def pct(values: list[float], q: int) -> float:
-    """The q-th percentile (q in 10..90, a multiple of 10)."""
+    """The q-th percentile (q in 10..90, a multiple of 10); the value itself when alone."""
+    if len(values) < 2:
+        return values[0]
     return statistics.quantiles(values, n=10, method="inclusive")[q // 10 - 1]
 
 
@@ -732,82 +992,194 @@ class Bench:
     children: Children
     ports: Ports
     work: Path
+    classes: Path
     rt: RoundTripClient
     args: argparse.Namespace
+    ddmlib_jars: Sequence[str]
+    ddmlib_skipped: str | None  # why the ddmlib path does not run, or None
     figures: Figures = field(default_factory=Figures)
     notes: list[str] = field(default_factory=list)
 
 
-def run_half(bench: Bench, half: int, abc: Jvm, dd: Jvm) -> None:
-    """One half: direct, trio relay and socat to ``abc``; ddmd owning ``dd``."""
-    children, ports, rt, args = bench.children, bench.ports, bench.rt, bench.args
-    figures, notes = bench.figures, bench.notes
-    ddmd = start_ddmd(children, bench.work, f"ddmd-half{half}", dd.port, ports)
-    relay_port, socat_port = ports.take(), ports.take()
-    relay = start_relay(children, relay_port, abc.port)
-    socat = start_socat(children, socat_port, abc.port) if shutil.which("socat") else None
+def measure_route(bench: Bench, phase: int, route: Route) -> None:
+    """One timed session on ``route``, with the CPU of every process on it."""
+    watch = [(label, child.pid) for label, child in route.middle]
+    watch += [(ENDS[0], route.jvm.pid), (ENDS[1], bench.rt.child.pid)]
     try:
-        paths = {"direct": abc.port, "trio relay": relay_port}
-        if socat is not None:
-            paths["socat"] = socat_port
-        paths["ddmd"] = ddmd.current_port
-        served = ", ".join(f"{p} -> {dd.name if p == 'ddmd' else abc.name}" for p in paths)
-        notes.append(f"half {half}: {served}")
-        if half == 1:
-            notes.append(check_one_packet_per_call(rt, ddmd))
-        for port in paths.values():  # one untimed session per path
-            rt.measure(port, args.warmup, 200)
+        session = bench.rt.measure(route.port, bench.args.warmup, bench.args.count, watch)
+    except (RuntimeError, TimeoutError) as exc:
+        raise RuntimeError(f"path {route.name!r}: {exc}") from exc
+    figures = bench.figures
+    figures.sessions.setdefault(route.name, []).append(session)
+    figures.by_phase.setdefault((phase, route.name), []).extend(session.samples_us)
+    figures.middle.setdefault(route.name, [label for label, _ in route.middle])
+
+
+def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | None:
+    """ddmlib behind its own stand-in adb server; None (and a note) when it cannot run."""
+    if bench.ddmlib_skipped is not None:
+        return None
+    children = bench.children
+    fake = start_fake_adb(children, "bench-ddmlib", jvm)
+    stack.callback(children.stop, fake.child)
+    try:
+        ddmlib = start_ddmlib(children, bench.classes, bench.ddmlib_jars, fake, bench.ports)
+    except (RuntimeError, TimeoutError) as exc:
+        bench.ddmlib_skipped = f"ddmlib via adb: skipped, ddmlib did not start: {exc}"
+        bench.notes.append(bench.ddmlib_skipped)
+        return None
+    stack.callback(children.stop, ddmlib.child)
+    middle = [("ddmlib JVM", ddmlib.child), ("fake adb", fake.child)]
+    return Route("ddmlib via adb", ddmlib.debugger_port, jvm, middle)
+
+
+def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
+    """One phase: fresh ddmd, ddmlib, relays and stand-in adb servers; ``roles`` says which JVM
+    is free (direct, relays, adb forward), owned by ddmd's scan, by ddmd through adb, by ddmlib."""
+    children, ports, rt, args = bench.children, bench.ports, bench.rt, bench.args
+    free, scan, adb_jvm = roles["free"], roles["scan"], roles["adb"]
+    with contextlib.ExitStack() as stack:
+        fake_free = start_fake_adb(children, "bench-free", free)
+        stack.callback(children.stop, fake_free.child)
+        fake_ddmd = start_fake_adb(children, "bench-ddmd", adb_jvm)
+        stack.callback(children.stop, fake_ddmd.child)
+        ddmd = start_ddmd(
+            children, bench.work, f"ddmd-phase{phase}", scan.port, ports, adb=(fake_ddmd, adb_jvm)
+        )
+        stack.callback(stop_ddmd, children, ddmd)
+        assert ddmd.adb_port is not None
+        relay_port, relay_adb_port, forward_port = ports.take(), ports.take(), ports.take()
+        relay = start_relay(children, relay_port, free.port)
+        stack.callback(children.stop, relay)
+        relay_adb = start_relay_adb(
+            children, relay_adb_port, fake_free.port, fake_free.serial, free.pid
+        )
+        stack.callback(children.stop, relay_adb)
+        forwarded_by = adb_forward(fake_free, forward_port, free.pid)
+        routes = [
+            Route("direct", free.port, free, []),
+            Route("trio relay", relay_port, free, [("trio relay", relay)]),
+        ]
+        if shutil.which("socat"):
+            socat_port = ports.take()
+            socat = start_socat(children, socat_port, free.port)
+            stack.callback(children.stop, socat)
+            routes.append(Route("socat", socat_port, free, [("socat", socat)]))
+        adb_middle = [("fake adb", fake_free.child)]
+        routes += [
+            Route("ddmd", ddmd.current_port, scan, [("ddmd", ddmd.child)]),
+            Route("adb forward", forward_port, free, adb_middle),
+            Route(
+                "trio relay via adb", relay_adb_port, free, [("trio relay", relay_adb), *adb_middle]
+            ),
+            Route(
+                "ddmd via adb",
+                ddmd.adb_port,
+                adb_jvm,
+                [("ddmd", ddmd.child), ("fake adb", fake_ddmd.child)],
+            ),
+        ]
+        if "ddmlib" in roles and (ddmlib := try_ddmlib(bench, stack, roles["ddmlib"])):
+            routes.append(ddmlib)
+        owners = ", ".join(f"{r.name} -> {r.jvm.name}" for r in routes)
+        bench.notes.append(f"phase {phase}: {owners}")
+        if phase == 1:
+            bench.notes.append(f"adb forward: {forwarded_by}")
+            bench.notes.append(check_one_packet_per_call(rt, ddmd, ddmd.current_port, "scan"))
+            bench.notes.append(check_one_packet_per_call(rt, ddmd, ddmd.adb_port, "via adb"))
+        for route in routes:  # one untimed session per path
+            rt.measure(route.port, args.warmup, 200)
             time.sleep(PAUSE)
-        names = list(paths)
         for r in range(args.rounds):
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                session = rt.measure(paths[name], args.warmup, args.count)
-                figures.sessions.setdefault(name, []).append(session)
-                figures.by_half.setdefault((half, name), []).extend(session.samples_us)
+            k = r % len(routes)
+            for route in routes[k:] + routes[:k]:
+                measure_route(bench, phase, route)
                 time.sleep(PAUSE)
-            jdb_order = [("direct", abc.port), ("ddmd", ddmd.current_port)]
+            jdb_order = [("direct", free.port), ("ddmd", ddmd.current_port)]
             for name, port in jdb_order if r % 2 == 0 else jdb_order[::-1]:
-                figures.jdb.setdefault(name, []).append(jdb_attach_ms(port))
+                bench.figures.jdb.setdefault(name, []).append(jdb_attach_ms(port))
                 time.sleep(PAUSE)
-    finally:
-        if socat is not None:
-            children.stop(socat)
-        children.stop(relay)
-        stop_ddmd(children, ddmd)
 
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def report(figures: Figures, big: list[BigResult], notes: list[str]) -> list[str]:
+def ratio_of(a: float, b: float) -> float:
+    return a / b if b > 0 else float("inf")
+
+
+def cpu_per_rt(figures: Figures, name: str) -> dict[str, tuple[float, float, int]]:
+    """label -> (user us, sys us, ticks) per round trip over every session of path ``name``."""
+    sessions = figures.sessions[name]
+    round_trips = sum(len(s.samples_us) for s in sessions)
+    out: dict[str, tuple[float, float, int]] = {}
+    for label in sessions[0].cpu:
+        user = sum(s.cpu[label][0] for s in sessions)
+        system = sum(s.cpu[label][1] for s in sessions)
+        per = 1e6 / CLK_TCK / round_trips
+        out[label] = (user * per, system * per, user + system)
+    return out
+
+
+def target_row(
+    what: str, value: str, ratio: float, target: float, extra: str = ""
+) -> tuple[str, str, bool, str]:
+    margin = f"{abs(ratio - target):.2f}x " + ("to spare" if ratio <= target else "over")
+    return (what, value, ratio <= target, margin + extra)
+
+
+def report(
+    figures: Figures, big: list[BigResult], notes: list[str], skipped: str | None
+) -> list[str]:
     lines = [*notes]
     samples = {n: [s for ss in v for s in ss.samples_us] for n, v in figures.sessions.items()}
-    direct = statistics.median(samples["direct"])
+    medians = {n: statistics.median(v) for n, v in samples.items()}
+    cpu = {n: cpu_per_rt(figures, n) for n in samples}
+    # CPU per round trip of the processes between the JDI client and the JVM, summed
+    middle = {
+        n: sum(u + s for label, (u, s, _) in cpu[n].items() if label not in ENDS) for n in cpu
+    }
+    own = {n: cpu[n][figures.middle[n][0]] if figures.middle[n] else None for n in cpu}
+    direct = medians["direct"]
     lines.append(
         f"{'JDI round trip (us)':<21}{'median':>8}{'p10':>8}{'p90':>8}{'added':>8}"
-        f"{'attach ms':>11}{'n':>8}"
+        f"{'attach ms':>11}{'n':>8}{'CPU/RT us':>11}"
     )
     added: dict[str, float] = {}
     for name, values in samples.items():
-        median = statistics.median(values)
-        added[name] = median - direct
+        added[name] = medians[name] - direct
         attach = statistics.median(s.attach_ms for s in figures.sessions[name])
         extra = "-" if name == "direct" else f"{added[name]:.1f}"
+        cpu_text = f"{middle[name]:.1f}" if figures.middle[name] else "-"
         lines.append(
-            f"{name:<21}{median:>8.1f}{pct(values, 10):>8.1f}{pct(values, 90):>8.1f}"
-            f"{extra:>8}{attach:>11.1f}{len(values):>8}"
+            f"{name:<21}{medians[name]:>8.1f}{pct(values, 10):>8.1f}{pct(values, 90):>8.1f}"
+            f"{extra:>8}{attach:>11.1f}{len(values):>8}{cpu_text:>11}"
         )
     if "socat" not in samples:
         lines.append("socat: not installed, skipped")
-    halves = sorted({h for h, _ in figures.by_half})
-    for half in halves:
+    if skipped:
+        lines.append(skipped)
+    lines.append(
+        "CPU per round trip (us, user+sys over the timed calls, /proc/PID/stat in "
+        f"{1000 // CLK_TCK} ms ticks; CPU/RT above sums the processes before '|'):"
+    )
+    for name in samples:
         parts = [
-            f"{n} {statistics.median(v):.1f}" for (h, n), v in figures.by_half.items() if h == half
+            f"{label} {u + s:.1f} (u {u:.1f} s {s:.1f}, {ticks} ticks)"
+            for label, (u, s, ticks) in cpu[name].items()
+            if label not in ENDS
         ]
-        lines.append(f"  half {half} medians (us): " + ", ".join(parts))
-    ratio = added["ddmd"] / added["trio relay"] if added["trio relay"] > 0 else float("inf")
+        ends = [f"{label} {cpu[name][label][0] + cpu[name][label][1]:.1f}" for label in ENDS]
+        lines.append(f"  {name:<19} " + "; ".join([*parts, "|", *ends]).replace("; |;", " |"))
+    for phase in sorted({p for p, _ in figures.by_phase}):
+        parts = [
+            f"{n} {statistics.median(v):.1f}"
+            for (p, n), v in figures.by_phase.items()
+            if p == phase
+        ]
+        lines.append(f"  phase {phase} medians (us): " + ", ".join(parts))
+
     jdb_direct = statistics.median(figures.jdb["direct"])
     jdb_ddmd = statistics.median(figures.jdb["ddmd"])
     attach_ratio = jdb_ddmd / jdb_direct
@@ -817,21 +1189,73 @@ def report(figures: Figures, big: list[BigResult], notes: list[str]) -> list[str
         f"{pct(figures.jdb['direct'], 90):.0f}), ddmd {jdb_ddmd:.0f} (p10 "
         f"{pct(figures.jdb['ddmd'], 10):.0f}, p90 {pct(figures.jdb['ddmd'], 90):.0f})"
     )
+
+    # adb path: each hop over the plain adb stream
+    hop = {n: medians[n] - medians["adb forward"] for n in samples if n.endswith(" via adb")}
+    parts = [f"{n.removesuffix(' via adb')} {h:.1f}" for n, h in hop.items()]
+    lines.append(
+        f"adb path: the plain adb stream (adb forward) adds {added['adb forward']:.1f} us over "
+        f"direct (the stand-in server's relay); each hop on top of it (us): " + ", ".join(parts)
+    )
+    lines.append("for reference (no target):")
+    relay_hop = hop["trio relay via adb"]
+    ddmd_own_adb, relay_own_adb = own["ddmd via adb"], own["trio relay via adb"]
+    assert ddmd_own_adb is not None
+    assert relay_own_adb is not None
+    lines.append(
+        f"  ddmd's hop / trio relay's hop, via adb: {hop['ddmd via adb']:.1f}/{relay_hop:.1f} us = "
+        f"{ratio_of(hop['ddmd via adb'], relay_hop):.2f}x; own CPU per round trip "
+        f"{sum(ddmd_own_adb[:2]):.1f}/{sum(relay_own_adb[:2]):.1f} us = "
+        f"{ratio_of(sum(ddmd_own_adb[:2]), sum(relay_own_adb[:2])):.2f}x"
+    )
+    ddmd_own_scan = own["ddmd"]
+    assert ddmd_own_scan is not None
+    lines.append(
+        f"  ddmd's own CPU per round trip via adb / scan: {sum(ddmd_own_adb[:2]):.1f}/"
+        f"{sum(ddmd_own_scan[:2]):.1f} us = "
+        f"{ratio_of(sum(ddmd_own_adb[:2]), sum(ddmd_own_scan[:2])):.2f}x"
+    )
+    if "ddmlib via adb" in samples:
+        ddmlib_own = own["ddmlib via adb"]
+        assert ddmlib_own is not None
+        lib_hop = hop["ddmlib via adb"]
+        lines.append(
+            f"  ddmd / ddmlib via adb: hop {hop['ddmd via adb']:.1f}/{lib_hop:.1f} us = "
+            f"{ratio_of(hop['ddmd via adb'], lib_hop):.2f}x; own CPU per round trip (ddmd / "
+            f"ddmlib's JVM) {sum(ddmd_own_adb[:2]):.1f}/{sum(ddmlib_own[:2]):.1f} us = "
+            f"{ratio_of(sum(ddmd_own_adb[:2]), sum(ddmlib_own[:2])):.2f}x"
+        )
+
+    latency = ratio_of(added["ddmd"], added["trio relay"])
+    cpu_ratio = ratio_of(middle["ddmd"], middle["trio relay"])
+    hop_ratio = ratio_of(hop["ddmd via adb"], added["ddmd"])
     rows = [
-        (
+        target_row(
             f"ddmd added latency <= {LATENCY_TARGET}x trio relay's",
-            f"{added['ddmd']:.1f}/{added['trio relay']:.1f} us = {ratio:.2f}x",
-            ratio <= LATENCY_TARGET,
-            f"{abs(ratio - LATENCY_TARGET):.2f}x "
-            + ("to spare" if ratio <= LATENCY_TARGET else "over")
-            + f" ({added['ddmd'] - LATENCY_TARGET * added['trio relay']:+.1f} us vs target)",
+            f"{added['ddmd']:.1f}/{added['trio relay']:.1f} us = {latency:.2f}x",
+            latency,
+            LATENCY_TARGET,
+            f" ({added['ddmd'] - LATENCY_TARGET * added['trio relay']:+.1f} us vs target)",
         ),
-        (
+        target_row(
+            f"ddmd CPU/RT <= {CPU_TARGET}x trio relay's",
+            f"{middle['ddmd']:.1f}/{middle['trio relay']:.1f} us = {cpu_ratio:.2f}x",
+            cpu_ratio,
+            CPU_TARGET,
+            f" ({middle['ddmd'] - CPU_TARGET * middle['trio relay']:+.1f} us vs target)",
+        ),
+        target_row(
+            "ddmd's hop via adb <= its added on scan",
+            f"{hop['ddmd via adb']:.1f}/{added['ddmd']:.1f} us = {hop_ratio:.2f}x",
+            hop_ratio,
+            HOP_TARGET,
+            f" ({hop['ddmd via adb'] - HOP_TARGET * added['ddmd']:+.1f} us vs target)",
+        ),
+        target_row(
             f"jdb attach via ddmd <= {ATTACH_TARGET}x direct",
             f"{attach_ratio:.2f}x",
-            attach_ratio <= ATTACH_TARGET,
-            f"{abs(attach_ratio - ATTACH_TARGET):.2f}x "
-            + ("to spare" if attach_ratio <= ATTACH_TARGET else "over"),
+            attach_ratio,
+            ATTACH_TARGET,
         ),
     ]
     if big:
@@ -848,63 +1272,97 @@ def report(figures: Figures, big: list[BigResult], notes: list[str]) -> list[str
         )
     lines.append("targets:")
     for what, value, ok, margin in rows:
-        lines.append(f"  {verdict(ok)}  {what:<38} {value:<26} {margin}")
+        lines.append(f"  {verdict(ok)}  {what:<40} {value:<28} {margin}")
     return lines
+
+
+ROLES = ("free", "scan", "adb", "ddmlib")
+QUICK = {"phases": 2, "rounds": 1, "count": 300, "warmup": 300, "profile_count": 3000}
+NORMAL = {"phases": 4, "rounds": 2, "count": 2000, "warmup": 2000, "profile_count": 20000}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per half (default 4)")
-    parser.add_argument("--count", type=int, default=2000, help="timed round trips per session")
-    parser.add_argument("--warmup", type=int, default=2000, help="untimed round trips first")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 1 phase, 1 round, 300 calls, no 1 GiB"
+    )
+    parser.add_argument(
+        "--phases",
+        type=int,
+        choices=range(1, len(ROLES) + 1),
+        help="phases, each with the roles of the JVMs rotated (default 4)",
+    )
+    parser.add_argument("--rounds", type=int, help="rounds per phase (default 2)")
+    parser.add_argument("--count", type=int, help="timed round trips per session (default 2000)")
+    parser.add_argument("--warmup", type=int, help="untimed round trips first (default 2000)")
     parser.add_argument("--skip-big", action="store_true", help="skip the 1 GiB packet")
+    parser.add_argument(
+        "--ddmlib-classpath",
+        default=os.pathsep.join(DDMLIB_JARS),
+        help="ddmlib and the jars it needs (default: Debian's libandroid-ddms-java)",
+    )
     parser.add_argument("--profile", action="store_true", help="profile ddmd afterwards")
-    parser.add_argument("--profile-count", type=int, default=20000, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--relay", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--relay-adb", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--fake-vm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.relay:
         relay_main(*args.relay)
         return 0
+    if args.relay_adb:
+        listen, adb_port, serial, pid = args.relay_adb
+        relay_main(int(listen), int(adb_port), (serial, int(pid)))
+        return 0
     if args.fake_vm:
         with contextlib.suppress(KeyboardInterrupt):
             fake_vm_main()
         return 0
+    for key, value in (QUICK if args.quick else NORMAL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.skip_big = args.skip_big or args.quick
+    if min(args.rounds, args.count, args.warmup) < 1 or args.count < 10:
+        parser.error("--rounds and --warmup must be at least 1, --count at least 10")
 
     missing = [tool for tool in ("java", "javac", "jdb") if shutil.which(tool) is None]
     if missing:
         print(f"bridge_latency: needs {', '.join(missing)} on PATH", file=sys.stderr)
         return 1
     print(
-        f"bridge_latency: JDK {java_version()}, {os.cpu_count()} CPUs; 2 halves x {args.rounds} "
-        f"rounds, {args.count} timed ThreadReference.status() per session "
-        f"(+{args.warmup} warm-up)",
+        f"bridge_latency: JDK {java_version()}, {os.cpu_count()} CPUs; {args.phases} phase(s) x "
+        f"{args.rounds} round(s), {args.count} timed ThreadReference.status() per session "
+        f"(+{args.warmup} warm-up)" + (" [--quick: rough figures]" if args.quick else ""),
         flush=True,
     )
     children = Children()
     ports = Ports()
     big: list[BigResult] = []
     started = time.monotonic()
+    ddmlib_jars = [jar for jar in args.ddmlib_classpath.split(os.pathsep) if jar]
     with tempfile.TemporaryDirectory(prefix="bridge-latency-") as tmp:
         work = Path(tmp)
         classes = work / "classes"
-        compile_java(classes)
+        skipped = compile_java(classes, ddmlib_jars)
         try:
-            jvm1 = start_jvm(children, "JVM#1", ports.take(), classes)
-            jvm2 = start_jvm(children, "JVM#2", ports.take(), classes)
+            roles = ROLES if skipped is None else ROLES[:-1]
+            jvms = start_jvms(children, len(roles), ports, classes)
             rt = RoundTripClient(children, classes)
-            bench = Bench(children, ports, work, rt, args)
+            bench = Bench(children, ports, work, classes, rt, args, ddmlib_jars, skipped)
             bench.notes.append(
-                f"JVM#1 on :{jvm1.port}, JVM#2 on :{jvm2.port}, same program and flags"
+                ", ".join(f"{j.name} on :{j.port} (pid {j.pid})" for j in jvms)
+                + ": same program and flags"
             )
-            run_half(bench, 1, jvm1, jvm2)
-            run_half(bench, 2, jvm2, jvm1)
+            for phase in range(args.phases):
+                rotated = {role: jvms[(i + phase) % len(jvms)] for i, role in enumerate(roles)}
+                run_phase(bench, phase + 1, rotated)
             if not args.skip_big:
                 big = big_packet_phase(children, work, ports)
-            for line in report(bench.figures, big, bench.notes):
+            for line in report(bench.figures, big, bench.notes, bench.ddmlib_skipped):
                 print(line, flush=True)
             if args.profile:
-                for line in profile_round_trips(bench, jvm1, jvm2, args.profile_count):
+                lines = profile_round_trips(bench, jvms[0], jvms[1], args.profile_count)
+                for line in lines:
                     print(line, flush=True)
             rt.child.send("quit")
         finally:

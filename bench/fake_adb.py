@@ -16,7 +16,8 @@ and a length-prefixed message):
 - the device selectors ``host:transport:SERIAL``, ``host:transport-any``,
   ``host:tport:serial:SERIAL``, ``host:tport:any``, then on the same connection ``track-jdwp``
   (the pids, length-prefixed, then silence), ``jdwp`` (the same without the prefix) or
-  ``jdwp:PID`` (OKAY, then bytes are relayed both ways between the client and the pid's port);
+  ``jdwp:PID`` (OKAY, then bytes are relayed both ways between the client and the pid's port),
+  or ``shell:getprop`` (a few fixed properties, then the connection closes);
 - port forwarding as the real server does it for ``adb forward tcp:LOCAL jdwp:PID``:
   ``host[-serial:SERIAL|-usb|-local|-transport-id:N]:forward[:norebind]:tcp:LOCAL;jdwp:PID``
   (this process listens on 127.0.0.1:LOCAL, 0 picks a port, and relays every accepted
@@ -45,6 +46,10 @@ HOST = "127.0.0.1"
 VERSION = 41  # adb 1.0.41: what Debian's adb 29.0.6 client expects, or it restarts the server
 REQUEST_TIMEOUT = 10.0  # seconds for a client to finish sending a request
 CONNECT_TIMEOUT = 5.0  # seconds to reach a pid's JDWP port
+GETPROP = (
+    b"[ro.build.version.release]: [11]\n[ro.build.version.sdk]: [30]\n"
+    b"[ro.product.model]: [Bench]\n[ro.product.cpu.abi]: [x86_64]\n[ro.debuggable]: [1]\n"
+)
 FORWARD = re.compile(
     r"^host(?:-serial:(?P<serial>.+?)|-usb|-local|-transport-id:\d+)?:"
     r"(?P<verb>forward|killforward|killforward-all)(?::norebind)?(?::(?P<spec>.*))?$"
@@ -164,6 +169,8 @@ class Server:
                 b"OKAY" + (record(pids) if inner == "track-jdwp" else pids)
             )
             await trio.sleep_forever()  # the pid list never changes
+        elif inner == "shell:getprop":  # ddmlib asks each new device for its properties
+            await reader.stream.send_all(b"OKAY" + GETPROP)
         elif match := FORWARD.match(inner):  # what the adb client sends after host:tport:...
             await self.forward(reader, match)
         elif inner.startswith("jdwp:"):

@@ -97,6 +97,21 @@ class _Group(click.Group):
     (wrapped if it is long). Commands keep their summaries short.
     """
 
+    #: name -> (module, attribute) of commands imported on first use.
+    lazy: dict[str, tuple[str, str]] = {"sim": ("ddmd.sim", "sim_command")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in self.lazy:
+            module, attribute = self.lazy[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return command
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
@@ -281,14 +296,13 @@ def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | 
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules: the control-API client and the simulator."""
+    """Commands that live in their own modules: the control-API client (cheap to import, so
+    registered now) and the simulator (imported only when ``ddmd sim`` or ``--help`` runs, so
+    client commands such as ``ddmd gc`` start quickly)."""
     from ddmd.cli_client import COMMANDS
 
     for command in COMMANDS:
         main.add_command(command)
-    from ddmd.sim import sim_command
-
-    main.add_command(sim_command)
 
 
 _register_subcommands()

@@ -94,7 +94,6 @@ public final class DdmlibDriver {
         while ((line = in.readLine()) != null && !line.trim().equals("quit")) {
             // keep serving debuggers until told to stop
         }
-        AndroidDebugBridge.disconnectBridge();
         AndroidDebugBridge.terminate();
         System.exit(0);
     }

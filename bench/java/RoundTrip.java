@@ -14,23 +14,29 @@ import java.util.Map;
  * every path is measured by the same warmed-up JVM:
  *
  * <pre>
- *   in:  "HOST PORT WARMUP COUNT"   attach with com.sun.jdi.SocketAttach, find the thread "main",
- *                                   call ThreadReference.status() WARMUP times untimed and COUNT
- *                                   times timed, then VirtualMachine.dispose()
+ *   in:  "HOST PORT WARMUP COUNT [sync]"  attach with com.sun.jdi.SocketAttach, find the thread
+ *                                   "main", call ThreadReference.status() WARMUP times untimed
+ *                                   and COUNT times timed, then VirtualMachine.dispose()
  *   out: "RT ATTACH_NS T1 ... TCOUNT" (nanoseconds) or "ERR message"
  *   in:  "quit"
  * </pre>
+ *
+ * With "sync", the timed loop is bracketed for the caller: "MARK" is printed right before it and
+ * right after it, and each time the client waits for a line ("go") on stdin before going on. The
+ * bench reads every process's CPU time at the two marks, so its CPU per round trip covers the
+ * timed calls only (not attach, warm-up or dispose).
  *
  * ThreadReference.status() of a thread that is not suspended is never cached by JDI (it caches
  * the status only while the thread is suspended), so each call is one JDWP command
  * (ThreadReference.Status, 11/4) and one reply. The bench checks that with ddmd's packet counters.
  */
 public final class RoundTrip {
+    private static BufferedReader in;
+
     private RoundTrip() {}
 
     public static void main(String[] args) throws IOException {
-        BufferedReader in =
-                new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         System.out.println("READY");
         System.out.flush();
         String line;
@@ -44,8 +50,9 @@ public final class RoundTrip {
             }
             String[] f = line.split("\\s+");
             try {
+                boolean sync = f.length > 4 && f[4].equals("sync");
                 System.out.println(
-                        measure(f[0], f[1], Integer.parseInt(f[2]), Integer.parseInt(f[3])));
+                        measure(f[0], f[1], Integer.parseInt(f[2]), Integer.parseInt(f[3]), sync));
             } catch (Exception e) {
                 System.out.println("ERR " + e.toString().replace('\n', ' '));
             }
@@ -81,7 +88,17 @@ public final class RoundTrip {
         }
     }
 
-    private static String measure(String host, String port, int warmup, int count)
+    /** Tell the bench where the timed loop starts or ends; wait until it has looked. */
+    private static void mark() throws IOException {
+        System.out.println("MARK");
+        System.out.flush();
+        String reply = in.readLine();
+        if (reply == null || !reply.trim().equals("go")) {
+            throw new IOException("expected \"go\" after MARK, got " + reply);
+        }
+    }
+
+    private static String measure(String host, String port, int warmup, int count, boolean sync)
             throws Exception {
         long t0 = System.nanoTime();
         VirtualMachine vm = attach(host, port);
@@ -101,10 +118,16 @@ public final class RoundTrip {
                 sink += main.status();
             }
             long[] samples = new long[count];
+            if (sync) {
+                mark();
+            }
             for (int i = 0; i < count; i++) {
                 long start = System.nanoTime();
                 sink += main.status();
                 samples[i] = System.nanoTime() - start;
+            }
+            if (sync) {
+                mark();
             }
             StringBuilder out = new StringBuilder(count * 7 + 32);
             out.append("RT ").append(attachNs);

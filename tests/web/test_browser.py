@@ -306,8 +306,8 @@ def _story(page: Any, base: str, config: Path, requests: list[tuple[float, str]]
     # 6. A VM without thread and heap handlers says so plainly.
     maps = _vm(base, MAPS)
     page.locator(f'#vms tbody tr[data-vm-id="{maps["id"]}"] button.link').click()
-    page.locator("#threads-note", has_text="does not report threads").wait_for()
-    page.locator("#heap-note", has_text="does not report its heap").wait_for()
+    page.locator("#threads-note", has_text="does not report thread states").wait_for()
+    page.locator("#heap-note", has_text="does not report heap").wait_for()
     assert page.locator("#threads-scroll").is_hidden()
     assert page.locator("#gc").is_disabled()
     page.screenshot(path=str(ARTIFACTS / "web-screenshot-modern.png"))
