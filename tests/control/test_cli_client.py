@@ -260,6 +260,31 @@ def test_heap_nothing_yet(api):
     assert "no heap information yet" in result.stdout
 
 
+def test_heap_hints_suggest_only_what_can_work(api):
+    api["app"].update(
+        heaps=(), unsupported=("HPGC",), unsupported_reasons=(("HPGC", "it refused: no GC"),)
+    )
+    result = invoke(heap, "emulator-5554/1234")
+    assert result.exit_code == 0, result.output
+    assert "no heap information yet (try 'ddmd heap TARGET --segments')" in result.stdout
+    assert "ddmd gc" not in result.stdout
+
+
+def test_heap_of_a_vm_without_heap_information_says_why(api):
+    api["app"].update(
+        heaps=(),
+        unsupported=("HPIF", "HPSG"),
+        unsupported_reasons=(("HPIF", "Android 12 removed the heap handlers"),),
+    )
+    result = invoke(heap, "emulator-5554/1234")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1] == (
+        "not available: com.example.app does not report heap information "
+        "(Android 12 removed the heap handlers)"
+    )
+    assert "HPIF" not in result.stdout
+
+
 def test_heap_without_ddm(api):
     result = invoke(heap, "4242")
     assert result.exit_code == 0
