@@ -1,0 +1,12 @@
+"""The sans-IO brain of one VM: inputs in, commands out, no sockets, no clock, no trio.
+
+Layer: imports the standard library and ``ddmd.protocol`` only (a test keeps it so). The trio
+drivers in ``ddmd.drive`` read sockets, feed these objects, carry out the commands they return,
+and keep time for them (h11's ``Connection``, mitmproxy's layers).
+
+- ``inputs``   what can happen to a VM session (bytes from the VM or a debugger, a debugger
+               joining or leaving, a call from the API, time passing)
+- ``commands`` what the session wants done (send bytes, close a debugger, reconnect, wake me at,
+               resolve a call, log)
+- ``router``   who receives each packet from the VM, and how a debugger's commands reach it
+"""

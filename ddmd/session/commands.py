@@ -1,0 +1,63 @@
+"""What a VM session wants done: one frozen dataclass per kind. The driver carries each out in
+order, with no ``await`` between asking the session and acting on its answer; an unknown
+command is a bug in the driver (it raises, it never skips).
+
+Layer: standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SendToVm:
+    """Write these bytes to the VM connection in one send (whole packets only)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendToDebugger:
+    """Write these bytes to one debugger. ``more``: part of a packet relayed in pieces; nothing
+    else may be written to that debugger until the piece with ``more=False``."""
+
+    debugger: int
+    data: bytes
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CloseDebugger:
+    """Close one debugger connection (after what was sent to it so far)."""
+
+    debugger: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnect:
+    """Close the VM connection and open a new one (the way to release a debugger's state on
+    every VM family); the session is told ``VmConnected`` again."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WakeMeAt:
+    """Send a ``Tick`` at (or soon after) this time of the driver's clock."""
+
+    when: float
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """One structured log line: ``event`` is a name from ``ddmd.logs.Event``."""
+
+    event: str
+    level: str = "info"
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Command = SendToVm | SendToDebugger | CloseDebugger | Reconnect | WakeMeAt | Log

@@ -1,0 +1,68 @@
+"""What can happen to a VM session: one frozen dataclass per kind (dispatch on the class).
+
+Layer: standard library only. The driver builds these from what its sockets, the API and the
+clock say, and hands them to the session; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class VmConnected:
+    """A JDWP connection to the VM is open and past its handshake. ``leftover``: bytes that
+    arrived after the handshake echo (a VM may push at once)."""
+
+    now: float
+    leftover: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class VmBytes:
+    """Bytes read from the VM connection (``b""``: the VM closed it)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VmClosed:
+    """The VM connection ended (EOF, a read error, or a send that may have written part of a
+    packet); ``reason`` is for the log."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DebuggerJoined:
+    """A debugger connection was accepted (nothing read yet): ``debugger`` is the driver's id
+    for it, ``via`` the kind of port ("vm-port", "current"), ``peer`` its address."""
+
+    debugger: int
+    via: str
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class DebuggerBytes:
+    debugger: int
+    data: bytes  # b"": the debugger closed its side
+
+
+@dataclass(frozen=True, slots=True)
+class DebuggerLeft:
+    """The debugger's connection is gone (closed, broken, or dropped by the driver)."""
+
+    debugger: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: ``now`` is the driver's clock (the session never reads one). Sent at the
+    times the session asked for with ``WakeMeAt``, and may be sent at any other time."""
+
+    now: float
+
+
+Input = VmConnected | VmBytes | VmClosed | DebuggerJoined | DebuggerBytes | DebuggerLeft | Tick

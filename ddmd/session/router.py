@@ -1,0 +1,407 @@
+"""Who gets each packet: the routing table of one VM connection, for N debuggers.
+
+Layer: standard library and ``ddmd.protocol`` only (sans-IO: no sockets, no clock, no logging;
+log lines are ``Log`` commands).
+
+From the VM:
+
+    reply ──IdRewriter.resolve──▶ a debugger's id ─▶ SendToDebugger (its own id restored)
+                               └▶ anyone else (ddmd's own calls, chunk handlers) ─▶ owner.on_reply
+    DDM command (a push) ──────▶ owner.on_push
+    other command (an event) ──▶ every attached debugger; with none attached, a VM_START that
+                                 suspends the VM is kept for the first one, the rest dropped
+
+From a debugger (``bridge.py`` holds the per-debugger rules):
+
+    handshake ─▶ answered here, once the VM connection is ready
+    command ───▶ Dispose answered here; IDSizes from the cache; otherwise a fresh VM-side id
+                 from the one IdRewriter and SendToVm
+    reply ─────▶ dropped (a VM never expects replies)
+
+Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
+Large packets (over ``stream_threshold``) are relayed in pieces: ``SendToDebugger(more=True)``
+until the last piece, and nothing else goes to that debugger in between.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from ddmd.protocol.errors import ProtocolError
+from ddmd.protocol.idmap import IdRewriter, Pending
+from ddmd.protocol.jdwp import (
+    EOF,
+    HANDSHAKE,
+    NEED_DATA,
+    CommandPacket,
+    CommandSet,
+    ConnectionClosed,
+    EventKind,
+    Handshake,
+    PacketDecoder,
+    PacketHeader,
+    PacketPiece,
+    PacketStart,
+    ReplyPacket,
+    VirtualMachineCommand,
+    encode,
+    encode_header,
+)
+from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
+
+__all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
+
+_EVENT_COMPOSITE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DebuggerOrigin:
+    """The id-map origin of a debugger's commands."""
+
+    debugger: int
+
+
+@dataclass(slots=True)
+class _Debugger:
+    id: int
+    via: str
+    peer: str
+    decoder: PacketDecoder
+    attached: bool = False
+    packets_in: int = 0
+    packets_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    packets_to_vm: int
+    packets_to_debuggers: int
+    bytes_to_vm: int
+    bytes_to_debuggers: int
+    outstanding: int
+    debuggers: int
+
+
+@dataclass(slots=True)
+class _Relay:
+    """Where the pieces of a packet too large to buffer go."""
+
+    debuggers: tuple[int, ...] = ()
+    owner_header: PacketHeader | None = None
+    buffer: bytearray | None = None
+    pending: Pending | None = None
+
+
+def _is_suspending_vm_start(packet: CommandPacket) -> bool:
+    data = packet.data
+    return (
+        packet.command_set == CommandSet.EVENT
+        and packet.command == _EVENT_COMPOSITE
+        and len(data) >= 6
+        and data[5] == EventKind.VM_START
+        and data[0] != 0  # suspend policy: a suspend=y VM waits for whoever resumes it
+    )
+
+
+@dataclass
+class Router:
+    """The routing table of one VM connection. ``on_reply`` gets replies to commands of every
+    origin that is not a debugger; ``on_push`` gets every DDM command the VM sends."""
+
+    on_reply: Callable[[Pending, ReplyPacket], list[Command]]
+    on_push: Callable[[CommandPacket], list[Command]]
+    max_packet: int = 1 << 30
+    stream_threshold: int = 1 << 20
+    ids: IdRewriter = field(default_factory=IdRewriter)
+    ready: bool = False  # the VM connection is open and not being released
+    _decoder: PacketDecoder = field(init=False)
+    _debuggers: dict[int, _Debugger] = field(default_factory=dict)
+    _waiting: list[int] = field(default_factory=list)  # handshakes held until ready
+    _held_vm_start: bytes | None = None
+    _id_sizes: bytes | None = None
+    _relay: _Relay | None = None
+    packets_to_vm: int = 0
+    packets_to_debuggers: int = 0
+    bytes_to_vm: int = 0
+    bytes_to_debuggers: int = 0
+
+    def __post_init__(self) -> None:
+        self._decoder = self._new_decoder()
+
+    def _new_decoder(self) -> PacketDecoder:
+        return PacketDecoder(max_length=self.max_packet, stream_threshold=self.stream_threshold)
+
+    # ------------------------------------------------------------------ queries
+
+    def statistics(self) -> RouterStatistics:
+        return RouterStatistics(
+            self.packets_to_vm,
+            self.packets_to_debuggers,
+            self.bytes_to_vm,
+            self.bytes_to_debuggers,
+            len(self.ids),
+            len(self._debuggers),
+        )
+
+    def attached(self) -> tuple[int, ...]:
+        return tuple(d.id for d in self._debuggers.values() if d.attached)
+
+    def debugger_count(self) -> int:
+        return len(self._debuggers)
+
+    def cached_id_sizes(self) -> bytes | None:
+        return self._id_sizes
+
+    # ------------------------------------------------------------------ the VM connection
+
+    def connected(self, leftover: bytes = b"") -> list[Command]:
+        """A new VM connection: a fresh decoder; held handshakes complete now."""
+        self._decoder = self._new_decoder()
+        self._relay = None
+        self.ready = True
+        out: list[Command] = []
+        for debugger in self._waiting:
+            out += self._complete_handshake(debugger)
+        self._waiting.clear()
+        if leftover:
+            out += self.vm_data(leftover)
+        return out
+
+    def disconnected(self) -> list[Pending]:
+        """The VM connection ended: every pending command of every origin fails at once (the
+        caller tells their owners); debugger entries are dropped (their debuggers are closed
+        or wait for the reconnect)."""
+        self.ready = False
+        self._relay = None
+        return list(self.ids.drop_all())
+
+    def vm_data(self, data: bytes) -> list[Command]:
+        """Bytes from the VM: route every complete packet (or piece) they finish."""
+        decoder = self._decoder
+        decoder.receive_data(data)
+        out: list[Command] = []
+        while True:
+            # A RemoteProtocolError escapes: the session ends the connection (nothing after a
+            # broken header can be read).
+            event = decoder.next_event()
+            if event is NEED_DATA or event is EOF or isinstance(event, ConnectionClosed):
+                return out
+            if isinstance(event, ReplyPacket):
+                out += self._vm_reply(event)
+            elif isinstance(event, CommandPacket):
+                out += self._vm_command(event)
+            elif isinstance(event, PacketStart):
+                out += self._relay_start(event.header)
+            elif isinstance(event, PacketPiece):
+                out += self._relay_piece(event)
+
+    def _vm_reply(self, packet: ReplyPacket) -> list[Command]:
+        pending = self.ids.resolve(packet.id)
+        if pending is None:
+            return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
+        origin = pending.origin
+        if not isinstance(origin, DebuggerOrigin):
+            return self.on_reply(pending, packet)
+        if (
+            pending.command_set == CommandSet.VIRTUAL_MACHINE
+            and pending.command == VirtualMachineCommand.ID_SIZES
+            and not packet.error_code
+        ):
+            self._id_sizes = packet.data
+        debugger = self._debuggers.get(origin.debugger)
+        if debugger is None:
+            return []
+        data = encode(ReplyPacket(pending.original_id, packet.error_code, packet.data))
+        return [self._to_debugger(debugger, data)]
+
+    def _vm_command(self, packet: CommandPacket) -> list[Command]:
+        if packet.command_set == CommandSet.DDM:
+            return self.on_push(packet)
+        attached = [d for d in self._debuggers.values() if d.attached]
+        if attached:
+            data = encode(packet)
+            return [self._to_debugger(d, data) for d in attached]
+        if _is_suspending_vm_start(packet):
+            self._held_vm_start = encode(packet)
+            return [Log("vm.start_held")]
+        return [
+            Log(
+                "vm.event_dropped",
+                level="debug",
+                fields={"command_set": packet.command_set, "command": packet.command},
+            )
+        ]
+
+    def _to_debugger(self, debugger: _Debugger, data: bytes, *, more: bool = False) -> Command:
+        debugger.packets_out += not more
+        debugger.bytes_out += len(data)
+        self.packets_to_debuggers += not more
+        self.bytes_to_debuggers += len(data)
+        return SendToDebugger(debugger.id, data, more)
+
+    def _relay_start(self, header: PacketHeader) -> list[Command]:
+        relay = self._relay = _Relay()
+        if header.is_reply:
+            pending = self.ids.resolve(header.id)
+            if pending is None:
+                return [Log("ddm.reply_unknown", fields={"id": header.id, "length": header.length})]
+            origin = pending.origin
+            if isinstance(origin, DebuggerOrigin):
+                debugger = self._debuggers.get(origin.debugger)
+                if debugger is None:
+                    return []
+                relay.debuggers = (debugger.id,)
+                data = encode_header(header.with_id(pending.original_id))
+                return [self._to_debugger(debugger, data, more=True)]
+            relay.pending, relay.owner_header, relay.buffer = pending, header, bytearray()
+            return []
+        if header.command_set == CommandSet.DDM:
+            return [Log("ddm.push_discarded", fields={"id": header.id, "length": header.length})]
+        attached = [d for d in self._debuggers.values() if d.attached]
+        relay.debuggers = tuple(d.id for d in attached)
+        data = encode_header(header)
+        return [self._to_debugger(d, data, more=True) for d in attached]
+
+    def _relay_piece(self, piece: PacketPiece) -> list[Command]:
+        relay = self._relay
+        if relay is None:
+            return []
+        out: list[Command] = []
+        for number in relay.debuggers:
+            debugger = self._debuggers.get(number)
+            if debugger is not None:
+                out.append(self._to_debugger(debugger, piece.data, more=not piece.last))
+        if relay.buffer is not None:
+            relay.buffer += piece.data
+        if piece.last:
+            self._relay = None
+            if relay.pending is not None and relay.owner_header is not None:
+                header = relay.owner_header
+                reply = ReplyPacket(header.id, header.error_code, bytes(relay.buffer or b""))
+                out += self.on_reply(relay.pending, reply)
+        return out
+
+    # ------------------------------------------------------------------ ddmd's own commands
+
+    def send_own(
+        self, origin: Hashable, command_set: int, command: int, data: bytes, deadline: float
+    ) -> tuple[int, SendToVm]:
+        """A command of ddmd's own (or a chunk handler's): its VM-side id and the bytes."""
+        vm_id = self.ids.allocate(origin, 0, command_set, command, deadline)
+        packet = encode(CommandPacket(vm_id, command_set, command, data))
+        self.packets_to_vm += 1
+        self.bytes_to_vm += len(packet)
+        return vm_id, SendToVm(packet)
+
+    # ------------------------------------------------------------------ debuggers
+
+    def debugger_joined(self, debugger: int, via: str, peer: str) -> list[Command]:
+        self._debuggers[debugger] = _Debugger(
+            debugger,
+            via,
+            peer,
+            PacketDecoder(max_length=self.max_packet, expect_handshake=True),
+        )
+        return []
+
+    def debugger_data(self, number: int, data: bytes) -> tuple[list[Command], str | None]:
+        """Bytes from a debugger. Returns the commands, and the reason it leaves (None while it
+        stays): Dispose, EOF, or a protocol error."""
+        debugger = self._debuggers.get(number)
+        if debugger is None:
+            return [], None
+        debugger.decoder.receive_data(data)
+        out: list[Command] = []
+        while True:
+            try:
+                event = debugger.decoder.next_event()
+            except ProtocolError as exc:
+                out.append(
+                    Log(
+                        "debugger.protocol_error",
+                        "warning",
+                        {"debugger": number, "error": str(exc)},
+                    )
+                )
+                return out, f"protocol error: {exc}"
+            if event is NEED_DATA:
+                return out, None
+            if event is EOF or isinstance(event, ConnectionClosed):
+                return out, "debugger closed the connection"
+            if isinstance(event, Handshake):
+                if self.ready:
+                    out += self._complete_handshake(number)
+                else:
+                    self._waiting.append(number)
+            elif isinstance(event, CommandPacket):
+                debugger.packets_in += 1
+                debugger.bytes_in += event.length
+                more, leaving = self._debugger_command(debugger, event)
+                out += more
+                if leaving is not None:
+                    return out, leaving
+            elif isinstance(event, ReplyPacket):
+                out.append(
+                    Log(
+                        "debugger.reply_dropped",
+                        fields={"debugger": number, "id": event.id, "error": event.error_code},
+                    )
+                )
+
+    def _complete_handshake(self, number: int) -> list[Command]:
+        debugger = self._debuggers.get(number)
+        if debugger is None:
+            return []
+        debugger.attached = True
+        out: list[Command] = [
+            SendToDebugger(number, HANDSHAKE),
+            Log(
+                "debugger.attached",
+                fields={"debugger": number, "peer": debugger.peer, "via": debugger.via},
+            ),
+        ]
+        held, self._held_vm_start = self._held_vm_start, None
+        if held is not None:
+            out.append(self._to_debugger(debugger, held))
+        return out
+
+    def _debugger_command(
+        self, debugger: _Debugger, packet: CommandPacket
+    ) -> tuple[list[Command], str | None]:
+        if packet.command_set == CommandSet.VIRTUAL_MACHINE:
+            if packet.command == VirtualMachineCommand.DISPOSE:
+                # Answered here: the release procedure, not the VM, drops the debugger's state.
+                reply = encode(ReplyPacket(packet.id, 0))
+                return [
+                    Log("debugger.dispose", fields={"debugger": debugger.id}),
+                    self._to_debugger(debugger, reply),
+                ], "VirtualMachine.Dispose"
+            if packet.command == VirtualMachineCommand.ID_SIZES and self._id_sizes is not None:
+                reply = encode(ReplyPacket(packet.id, 0, self._id_sizes))
+                return [self._to_debugger(debugger, reply)], None
+        if not self.ready:
+            return [], "the VM is not connected"
+        vm_id = self.ids.allocate(
+            DebuggerOrigin(debugger.id), packet.id, packet.command_set, packet.command, math.inf
+        )
+        data = encode(CommandPacket(vm_id, packet.command_set, packet.command, packet.data))
+        self.packets_to_vm += 1
+        self.bytes_to_vm += len(data)
+        return [SendToVm(data)], None
+
+    def debugger_left(self, number: int) -> tuple[bool, list[Command]]:
+        """Forget a debugger: its pending ids go, and nothing more is sent to it. Returns whether
+        it had attached (the caller decides about releasing the VM)."""
+        debugger = self._debuggers.pop(number, None)
+        if number in self._waiting:
+            self._waiting.remove(number)
+        if debugger is None:
+            return False, []
+        self.ids.drop_origin(DebuggerOrigin(number))
+        if self._relay is not None and number in self._relay.debuggers:
+            self._relay.debuggers = tuple(d for d in self._relay.debuggers if d != number)
+        return debugger.attached, [CloseDebugger(number, "left")]

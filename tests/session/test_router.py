@@ -1,0 +1,349 @@
+"""The routing rules of one VM connection, rule by rule, as Playbooks: no event loop, no sockets.
+
+``RouterHarness.handle`` maps session inputs onto the router the way the VM session does, and
+records what reached ddmd's own side (``on_reply``, ``on_push``) so a test can check that too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from ddmd.protocol.ddm import ChunkType, ThreadCreated, ddm_command
+from ddmd.protocol.idmap import Pending
+from ddmd.protocol.jdwp import (
+    HANDSHAKE,
+    CommandPacket,
+    CommandSet,
+    ReplyPacket,
+    VirtualMachineCommand,
+    encode,
+)
+from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
+from ddmd.session.inputs import (
+    DebuggerBytes,
+    DebuggerJoined,
+    DebuggerLeft,
+    VmBytes,
+    VmClosed,
+    VmConnected,
+)
+from ddmd.session.router import Router
+from tests.session.playbook import Placeholder, Playbook
+
+VM = CommandSet.VIRTUAL_MACHINE
+VERSION = (VM, VirtualMachineCommand.VERSION)
+ID_SIZES = (VM, VirtualMachineCommand.ID_SIZES)
+DISPOSE = (VM, VirtualMachineCommand.DISPOSE)
+SIZES = bytes.fromhex("00000008" * 5)
+
+
+def cmd(packet_id: int, command: tuple[int, int], data: bytes = b"") -> bytes:
+    return encode(CommandPacket(packet_id, command[0], command[1], data))
+
+
+def reply(packet_id: int, data: bytes = b"", error: int = 0) -> bytes:
+    return encode(ReplyPacket(packet_id, error, data))
+
+
+def event(packet_id: int, data: bytes) -> bytes:
+    return encode(CommandPacket(packet_id, CommandSet.EVENT, 100, data))
+
+
+# Event.Composite VM_START: suspend policy ALL (2) or NONE (0), one event, requestID 0, thread 1.
+VM_START_SUSPENDED = event(0, bytes.fromhex("02000000015a000000000000000000000001"))
+VM_START_RUNNING = event(0, bytes.fromhex("00000000015a000000000000000000000001"))
+BREAKPOINT = event(7, bytes.fromhex("0100000001020000000b") + bytes(8 + 17))
+
+
+class RouterHarness:
+    def __init__(self, **kw: Any) -> None:
+        self.replies: list[tuple[Pending, ReplyPacket]] = []
+        self.pushes: list[CommandPacket] = []
+        self.left: list[tuple[int, bool, str]] = []
+        self.router = Router(on_reply=self._on_reply, on_push=self._on_push, **kw)
+
+    def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
+        self.replies.append((pending, packet))
+        return []
+
+    def _on_push(self, packet: CommandPacket) -> list[Command]:
+        self.pushes.append(packet)
+        return []
+
+    def handle(self, item: Any) -> list[Command]:
+        r = self.router
+        if isinstance(item, VmConnected):
+            return r.connected(item.leftover)
+        if isinstance(item, VmBytes):
+            return r.vm_data(item.data)
+        if isinstance(item, VmClosed):
+            r.disconnected()
+            return []
+        if isinstance(item, DebuggerJoined):
+            return r.debugger_joined(item.debugger, item.via, item.peer)
+        if isinstance(item, DebuggerBytes):
+            out, leaving = r.debugger_data(item.debugger, item.data)
+            if leaving is not None:
+                out += self._leave(item.debugger, leaving)
+            return out
+        if isinstance(item, DebuggerLeft):
+            return self._leave(item.debugger, item.reason)
+        raise AssertionError(f"no such input {item!r}")
+
+    def _leave(self, debugger: int, reason: str) -> list[Command]:
+        attached, out = self.router.debugger_left(debugger)
+        self.left.append((debugger, attached, reason))
+        return out
+
+
+def attached(harness: RouterHarness, *debuggers: int) -> Playbook:
+    """A playbook with the VM connected and ``debuggers`` attached (handshakes done)."""
+    playbook = Playbook(harness.handle) >> VmConnected(0.0)
+    for d in debuggers:
+        playbook = (
+            playbook
+            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> DebuggerBytes(d, HANDSHAKE)
+            << SendToDebugger(d, HANDSHAKE)
+        )
+    return playbook
+
+
+# ------------------------------------------------------------------------------ handshakes
+
+
+def test_handshake_is_answered_here_once_the_vm_is_ready() -> None:
+    h = RouterHarness()
+    assert attached(h, 1)
+    assert h.router.attached() == (1,)
+
+
+def test_handshake_waits_while_the_vm_is_not_connected() -> None:
+    h = RouterHarness()
+    assert (
+        Playbook(h.handle)
+        >> DebuggerJoined(1, "current", "127.0.0.1:40001")
+        >> DebuggerBytes(1, HANDSHAKE)
+        >> VmConnected(1.0)
+        << SendToDebugger(1, HANDSHAKE)
+    )
+
+
+def test_a_handshake_split_anywhere_is_still_one_handshake() -> None:
+    h = RouterHarness()
+    playbook = Playbook(h.handle) >> VmConnected(0.0) >> DebuggerJoined(1, "vm-port", "p")
+    for i in range(len(HANDSHAKE) - 1):
+        playbook = playbook >> DebuggerBytes(1, HANDSHAKE[i : i + 1])
+    assert playbook >> DebuggerBytes(1, HANDSHAKE[-1:]) << SendToDebugger(1, HANDSHAKE)
+
+
+# ------------------------------------------------------------------------------ ids
+
+
+def test_commands_get_fresh_vm_ids_and_replies_get_their_own_back() -> None:
+    h = RouterHarness()
+    assert (
+        attached(h, 1, 2)
+        # Both debuggers count from 1 (JDI does); the VM sees 1 and 2.
+        >> DebuggerBytes(1, cmd(1, VERSION))
+        << SendToVm(cmd(1, VERSION))
+        >> DebuggerBytes(2, cmd(1, VERSION))
+        << SendToVm(cmd(2, VERSION))
+        # Replies in the other order, each to its sender with the sender's id.
+        >> VmBytes(reply(2, b"two"))
+        << SendToDebugger(2, reply(1, b"two"))
+        >> VmBytes(reply(1, b"one"))
+        << SendToDebugger(1, reply(1, b"one"))
+    )
+    assert len(h.router.ids) == 0
+
+
+def test_ddmd_s_own_ids_never_collide_with_a_debugger_s() -> None:
+    h = RouterHarness()
+    playbook = attached(h, 1)
+    vm_id, _ = h.router.send_own("ddmd", CommandSet.DDM, 1, b"", deadline=5.0)
+    assert vm_id == 1
+    assert (
+        playbook
+        >> DebuggerBytes(1, cmd(1, VERSION))
+        << SendToVm(cmd(2, VERSION))  # 1 is still ddmd's
+        >> VmBytes(reply(1, b"ddm"))
+        >> VmBytes(reply(2, b"jdwp"))
+        << SendToDebugger(1, reply(1, b"jdwp"))
+    )
+    ((pending, packet),) = h.replies
+    assert (pending.origin, packet.data) == ("ddmd", b"ddm")
+
+
+def test_a_reply_to_an_unknown_id_is_logged_and_dropped() -> None:
+    h = RouterHarness()
+    assert (
+        Playbook(h.handle, logs=True)
+        >> VmConnected(0.0)
+        >> VmBytes(reply(99))
+        << Log("ddm.reply_unknown", fields={"id": 99, "error": 0})
+    )
+
+
+def test_reply_packets_from_a_debugger_never_reach_the_vm() -> None:
+    h = RouterHarness()
+    assert (
+        Playbook(h.handle, logs=True)
+        >> VmConnected(0.0)
+        >> DebuggerJoined(1, "vm-port", "p")
+        >> DebuggerBytes(1, HANDSHAKE)
+        << SendToDebugger(1, HANDSHAKE)
+        << Log("debugger.attached", fields=Placeholder())
+        >> DebuggerBytes(1, reply(5))
+        << Log("debugger.reply_dropped", fields={"debugger": 1, "id": 5, "error": 0})
+    )
+
+
+# ------------------------------------------------------------------------------ events
+
+
+def test_events_go_to_the_attached_debugger_unchanged() -> None:
+    h = RouterHarness()
+    assert attached(h, 1) >> VmBytes(BREAKPOINT) << SendToDebugger(1, BREAKPOINT)
+
+
+def test_a_suspending_vm_start_is_kept_for_the_first_debugger() -> None:
+    h = RouterHarness()
+    assert (
+        Playbook(h.handle)
+        >> VmConnected(0.0, leftover=VM_START_SUSPENDED)
+        >> DebuggerJoined(1, "current", "p")
+        >> DebuggerBytes(1, HANDSHAKE)
+        << SendToDebugger(1, HANDSHAKE)
+        << SendToDebugger(1, VM_START_SUSPENDED)
+    )
+
+
+def test_a_vm_start_of_a_running_vm_is_not_kept() -> None:
+    h = RouterHarness()
+    assert (
+        Playbook(h.handle)
+        >> VmConnected(0.0, leftover=VM_START_RUNNING)
+        >> DebuggerJoined(1, "current", "p")
+        >> DebuggerBytes(1, HANDSHAKE)
+        << SendToDebugger(1, HANDSHAKE)
+    )
+
+
+def test_ddm_pushes_stay_with_ddmd() -> None:
+    h = RouterHarness()
+    push = encode(ddm_command(0x80000001, ThreadCreated(1, "main")))
+    assert attached(h, 1) >> VmBytes(push)
+    (packet,) = h.pushes
+    assert packet.data[:4] == ChunkType.THCR.to_bytes(4, "big")
+
+
+# ------------------------------------------------------------------------------ local answers
+
+
+def test_dispose_is_answered_here_and_the_debugger_leaves() -> None:
+    h = RouterHarness()
+    assert (
+        attached(h, 1)
+        >> DebuggerBytes(1, cmd(9, DISPOSE))
+        << SendToDebugger(1, reply(9))
+        << CloseDebugger(1, "left")
+    )
+    assert h.left == [(1, True, "VirtualMachine.Dispose")]
+
+
+def test_id_sizes_are_asked_once_then_answered_from_the_cache() -> None:
+    h = RouterHarness()
+    assert (
+        attached(h, 1)
+        >> DebuggerBytes(1, cmd(1, ID_SIZES))
+        << SendToVm(cmd(1, ID_SIZES))
+        >> VmBytes(reply(1, SIZES))
+        << SendToDebugger(1, reply(1, SIZES))
+        >> DebuggerBytes(1, cmd(3, ID_SIZES))
+        << SendToDebugger(1, reply(3, SIZES))
+    )
+
+
+# ------------------------------------------------------------------------------ leaving
+
+
+def test_a_departed_debugger_s_replies_go_nowhere() -> None:
+    h = RouterHarness()
+    assert (
+        attached(h, 1, 2)
+        >> DebuggerBytes(1, cmd(1, VERSION))
+        << SendToVm(cmd(1, VERSION))
+        >> DebuggerLeft(1, "killed")
+        << CloseDebugger(1, "left")
+        >> VmBytes(reply(1, b"late"))  # nothing for debugger 2, nothing for ddmd
+    )
+    assert h.replies == []
+    assert len(h.router.ids) == 0
+
+
+def test_a_departure_in_the_middle_of_a_streamed_reply_drops_the_rest() -> None:
+    h = RouterHarness(stream_threshold=64)
+    big = b"x" * 1000
+    header = Placeholder("header")
+    playbook = (
+        attached(h, 1)
+        >> DebuggerBytes(1, cmd(1, VERSION))
+        << SendToVm(cmd(1, VERSION))
+        >> VmBytes(reply(1, big)[:100])
+        << SendToDebugger(1, header, more=True)
+        << SendToDebugger(1, Placeholder("piece"), more=True)
+    )
+    assert playbook
+    assert header.value[:4] == (11 + 1000).to_bytes(4, "big")
+    assert (
+        playbook
+        >> DebuggerLeft(1, "slow consumer")
+        << CloseDebugger(1, "left")
+        >> VmBytes(reply(1, big)[100:])
+        # The next packet is routed normally again: the relay ended with the big one.
+        >> VmBytes(reply(77))
+    )
+
+
+def test_a_streamed_reply_reaches_its_debugger_whole() -> None:
+    h = RouterHarness(stream_threshold=64)
+    big = bytes(range(256)) * 4
+    sent: list[bytes] = []
+    out = attached(h, 1)
+    assert out >> DebuggerBytes(1, cmd(5, VERSION)) << SendToVm(cmd(1, VERSION))
+    data = reply(1, big)
+    for i in range(0, len(data), 37):
+        for command in h.router.vm_data(data[i : i + 37]):
+            assert isinstance(command, SendToDebugger)
+            sent.append(command.data)
+    assert b"".join(sent) == reply(5, big)
+
+
+def test_the_end_of_the_vm_connection_fails_every_pending_command() -> None:
+    h = RouterHarness()
+    assert attached(h, 1) >> DebuggerBytes(1, cmd(1, VERSION)) << SendToVm(cmd(1, VERSION))
+    h.router.send_own("ddmd", CommandSet.DDM, 1, b"", deadline=5.0)
+    dropped = h.router.disconnected()
+    assert [p.vm_id for p in dropped] == [1, 2]
+    assert len(h.router.ids) == 0
+    assert h.router.ready is False
+
+
+# ------------------------------------------------------------------------------ boundary
+
+
+def test_importing_the_session_loads_no_io_library() -> None:
+    code = (
+        "import sys, ddmd.session.router, ddmd.session.inputs, ddmd.session.commands;"
+        "bad = {'trio', 'structlog', 'adbutils', 'httpx', 'starlette'} & set(sys.modules);"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_boundary_check_does_see_trio_when_it_is_loaded() -> None:
+    code = "import sys, trio, ddmd.session.router; assert 'trio' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
