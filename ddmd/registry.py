@@ -19,164 +19,28 @@ from typing import Any, Protocol
 import structlog
 
 from ddmd.errors import FeatureUnsupported, TargetError
-from ddmd.features import missing_sentence
 from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.heap import HeapImage
+from ddmd.session.model import (
+    GcOutcome,
+    HeapInfoSnapshot,
+    ThreadSnapshot,
+    VmSnapshot,
+)
+
+# The snapshot types live with the session that builds them; they are served from here.
+__all__ = [
+    "DeviceSnapshot",
+    "GcOutcome",
+    "HeapInfoSnapshot",
+    "ThreadSnapshot",
+    "VmHandle",
+    "VmRegistry",
+    "VmSnapshot",
+]
 
 _log = structlog.get_logger("ddmd.registry")
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadSnapshot:
-    """One VM thread as ddmd last saw it (THCR/THNM/THDE pushes and THST polls)."""
-
-    thread_id: int
-    name: str
-    status: int | None = None  # raw THST status value
-    state: str | None = None  # DDMS label for status, e.g. "running", "wait"
-    tid: int | None = None
-    utime: int | None = None
-    stime: int | None = None
-    daemon: bool | None = None
-    suspended: bool | None = None  # draft layout only
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.thread_id,
-            "name": self.name,
-            "status": self.status,
-            "state": self.state,
-            "tid": self.tid,
-            "utime": self.utime,
-            "stime": self.stime,
-            "daemon": self.daemon,
-            "suspended": self.suspended,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class HeapInfoSnapshot:
-    """One heap from the latest HPIF push."""
-
-    heap_id: int
-    timestamp_ms: int
-    reason: int
-    max_size: int
-    size: int
-    bytes_allocated: int
-    objects_allocated: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "heap_id": self.heap_id,
-            "timestamp_ms": self.timestamp_ms,
-            "reason": self.reason,
-            "max_size": self.max_size,
-            "size": self.size,
-            "bytes_allocated": self.bytes_allocated,
-            "objects_allocated": self.objects_allocated,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class VmSnapshot:
-    """Everything the control API shows about one VM. Built by its actor; immutable."""
-
-    id: str
-    source: str  # "tcp" or "adb"
-    address: str  # "127.0.0.1:8000" or "SERIAL jdwp:PID"
-    state: str  # "connecting", "identifying", "ready", "reconnecting"
-    ddm: bool | None  # None until HELO is answered or refused
-    pid: int | None = None
-    app: str | None = None
-    package: str | None = None
-    user_id: int | None = None
-    vm_ident: str | None = None
-    abi: str | None = None
-    jvm_flags: str | None = None
-    native_debuggable: bool | None = None
-    description: str | None = None  # VirtualMachine.Version description (non-DDM VMs)
-    features: tuple[str, ...] = ()
-    unsupported: tuple[str, ...] = ()  # DDM requests that timed out or failed on this VM
-    waiting_for_debugger: bool = False
-    threads: tuple[ThreadSnapshot, ...] | None = None  # None: unknown / not supported
-    heaps: tuple[HeapInfoSnapshot, ...] = ()
-    device: str | None = None
-    debugger_port: int | None = None
-    debugger: str | None = None
-    current: bool = False
-    connected_at: float | None = None  # wall-clock seconds since the epoch
-    # Why each feature in ``unsupported`` is missing, in a user's words (feature, reason).
-    unsupported_reasons: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def display_name(self) -> str:
-        """What to call this VM in a sentence: its app (process) or package name; for a plain
-        JVM its main class (jps-style) once known, else "JVM pid N" or its address; never the
-        JDWP Version banner (that stays in ``description``)."""
-        for name in (self.app, self.package):  # the process name, as DDMS showed it
-            if name and name not in ("<pre-initialized>",):
-                return name
-        if self.ddm is False and self.source == "tcp":
-            return f"JVM pid {self.pid}" if self.pid is not None else f"JVM at {self.address}"
-        return self.id
-
-    def missing(self) -> dict[str, str]:
-        """Feature -> the sentence a user reads about it (for ``unsupported``)."""
-        reasons = dict(self.unsupported_reasons)
-        return {
-            f: missing_sentence(self.display_name, f, reasons.get(f, ""), ddm=self.ddm)
-            for f in self.unsupported
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "source": self.source,
-            "address": self.address,
-            "state": self.state,
-            "device": self.device,
-            "pid": self.pid,
-            "app": self.app,
-            "package": self.package,
-            "user_id": self.user_id,
-            "vm_ident": self.vm_ident,
-            "abi": self.abi,
-            "jvm_flags": self.jvm_flags,
-            "native_debuggable": self.native_debuggable,
-            "description": self.description,
-            "ddm": self.ddm,
-            "features": list(self.features),
-            "unsupported": list(self.unsupported),
-            "waiting_for_debugger": self.waiting_for_debugger,
-            "threads": None if self.threads is None else len(self.threads),
-            "heaps": [h.to_json() for h in self.heaps],
-            "debugger_port": self.debugger_port,
-            "debugger": self.debugger,
-            "current": self.current,
-            "connected_at": self.connected_at,
-            "name": self.display_name,
-            "missing": self.missing(),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class GcOutcome:
-    """How a requested garbage collection ended. ``by``: "heap info" (the GC's heap-info push
-    arrived) or "reply" (the VM answered after running it); None when the VM gave no sign."""
-
-    confirmed: bool
-    by: str | None = None
-    note: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gc": "done" if self.confirmed else "requested",
-            "confirmed": self.confirmed,
-            "confirmed_by": self.by,
-            "note": self.note,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from ddmd.debugger import SLOW_CONSUMER, DebuggerSession
 from ddmd.discovery import Opener
 from ddmd.discovery.localproc import LocalProcess
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
-from ddmd.features import missing_sentence, silence_reason, words
+from ddmd.session.words import missing_sentence, silence_reason, words
 from ddmd.listeners import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
 from ddmd.ports import vm_key

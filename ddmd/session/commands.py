@@ -60,4 +60,47 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Command = SendToVm | SendToDebugger | CloseDebugger | Reconnect | WakeMeAt | Log
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """The snapshot changed; ``renamed``: its selection key may have changed too."""
+
+    renamed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SelectMe:
+    """Make this VM the current one (it waits for a debugger and none is attached)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resolve:
+    """A call succeeded; ``value`` depends on the request (see ``VmSession``)."""
+
+    call: int
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A call failed. ``kind``: "unsupported" (the VM lacks it), "timed_out", "failed" (the VM
+    refused this one request, e.g. a thread that has ended), "gone" (the VM went away)."""
+
+    call: int
+    kind: str
+    message: str
+
+
+Command = (
+    SendToVm
+    | SendToDebugger
+    | CloseDebugger
+    | Reconnect
+    | WakeMeAt
+    | Log
+    | Changed
+    | SelectMe
+    | Resolve
+    | Reject
+)

@@ -65,4 +65,37 @@ class Tick:
     now: float
 
 
-Input = VmConnected | VmBytes | VmClosed | DebuggerJoined | DebuggerBytes | DebuggerLeft | Tick
+@dataclass(frozen=True, slots=True)
+class RefreshThreads:
+    """Poll thread states now and keep polling for a lease (a page or ``--watch`` is open)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CauseGc:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class GetStack:
+    thread_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DumpHeap:
+    """Heap segments on, a GC, and the dump it pushes."""
+
+
+Request = RefreshThreads | CauseGc | GetStack | DumpHeap
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A request from the API; answered by ``Resolve`` or ``Reject`` with the same ``call``."""
+
+    call: int
+    request: Request
+
+
+Input = (
+    VmConnected | VmBytes | VmClosed | DebuggerJoined | DebuggerBytes | DebuggerLeft | Tick | Call
+)

@@ -153,6 +153,17 @@ class Router:
     def debugger_count(self) -> int:
         return len(self._debuggers)
 
+    def peers(self) -> list[str]:
+        """``PEER via PORT-KIND`` of every attached debugger."""
+        return [f"{d.peer} via {d.via}" for d in self._debuggers.values() if d.attached]
+
+    def debugger_statistics(self, number: int) -> tuple[int, int, int, int] | None:
+        """(packets in, packets out, bytes in, bytes out) of one debugger."""
+        d = self._debuggers.get(number)
+        if d is None:
+            return None
+        return d.packets_in, d.packets_out, d.bytes_in, d.bytes_out
+
     def cached_id_sizes(self) -> bytes | None:
         return self._id_sizes
 
@@ -169,6 +180,16 @@ class Router:
         self._waiting.clear()
         if leftover:
             out += self.vm_data(leftover)
+        return out
+
+    def connected_again(self) -> list[Command]:
+        """The same connection is usable for debuggers again (the VM acknowledged a release):
+        held handshakes complete now."""
+        self.ready = True
+        out: list[Command] = []
+        for debugger in self._waiting:
+            out += self._complete_handshake(debugger)
+        self._waiting.clear()
         return out
 
     def disconnected(self) -> list[Pending]:

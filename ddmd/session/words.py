@@ -1,8 +1,9 @@
 """What each DDM feature is called for a user, and the sentence that says a VM lacks it.
 
-Layer: standard library only. The snapshot keeps the machine keys (the request types ddmd found
-missing, e.g. "HPSG") for scripts; everything a person reads -- CLI lines, API error messages,
-the web page's notices -- is built here, in words a DDMS or Android Studio user knows.
+Layer: standard library only (part of the sans-IO session). The snapshot keeps the machine keys
+(the request types ddmd found missing, e.g. "HPSG") for scripts; everything a person reads --
+CLI lines, API error messages, the web page's notices -- is built here, in words a DDMS or
+Android Studio user knows.
 """
 
 from __future__ import annotations

@@ -1,0 +1,766 @@
+"""VmSession: everything ddmd decides about one VM, as a sans-IO object (h11's ``Connection``).
+
+Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` only. No sockets, no clock, no
+logging: ``handle(input, now)`` returns the commands to carry out (``commands.py``), and time
+arrives as a value.
+
+Lifecycle (the one table, ``TRANSITIONS``):
+
+    connecting ─VmConnected─▶ identifying ─identified─▶ ready ─last debugger left─▶ releasing
+                                   ▲                      ▲                            │
+                                   │                      └──────DBGD acknowledged─────┤
+                                   └──────VmConnected────── reconnecting ◀─no ack──────┘
+    any state ─VmClosed─▶ closed
+
+The DDM conversation: HELO (a JDWP error means a plain JVM: one VirtualMachine.Version, then
+nothing of ddmd's own), FEAT, THEN, heap info at every GC and now, THST polled at a fixed rate
+while someone watches. Each request states what ends it (``protocol.expect``): a reply chunk,
+or pushes and silence. Silence to a request that every VM answers is evidence that the VM lacks
+the handler; silence to the others is success (protocol.md 2.2).
+
+API calls (``Call``) are answered with ``Resolve``/``Reject``:
+``RefreshThreads`` -> None; ``CauseGc`` -> ``GcOutcome``; ``GetStack`` -> ``ddm.StackTrace``;
+``DumpHeap`` -> ``tuple[HeapImage, ...]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ddmd.protocol import ddm
+from ddmd.protocol.errors import LocalProtocolError, ProtocolError
+from ddmd.protocol.expect import FEATURE_NAMES, Answer, Expect, Judgement, expectation, judge
+from ddmd.protocol.idmap import Pending
+from ddmd.protocol.jdwp import CommandPacket, CommandSet, ReplyPacket, VirtualMachineCommand
+from ddmd.session.commands import (
+    Changed,
+    CloseDebugger,
+    Command,
+    Log,
+    Reconnect,
+    Reject,
+    Resolve,
+    SelectMe,
+    WakeMeAt,
+)
+from ddmd.session.inputs import (
+    Call,
+    CauseGc,
+    DebuggerBytes,
+    DebuggerJoined,
+    DebuggerLeft,
+    DumpHeap,
+    GetStack,
+    Input,
+    RefreshThreads,
+    Tick,
+    VmBytes,
+    VmClosed,
+    VmConnected,
+)
+from ddmd.session.model import UNNAMED, GcOutcome, Note, VmModel, VmSnapshot
+from ddmd.session.router import Router
+from ddmd.session.words import missing_sentence, silence_reason, words
+
+__all__ = ["TRANSITIONS", "SessionSettings", "VmSession"]
+
+#: (state, what happened) -> next state. Anything else is a bug (LocalProtocolError).
+TRANSITIONS: dict[tuple[str, str], str] = {
+    ("connecting", "connected"): "identifying",
+    ("identifying", "identified"): "ready",
+    ("ready", "last debugger left"): "releasing",
+    ("releasing", "acknowledged"): "ready",
+    ("releasing", "no acknowledgement"): "reconnecting",
+    ("reconnecting", "connected"): "identifying",
+    ("identifying", "closed"): "closed",
+    ("ready", "closed"): "closed",
+    ("releasing", "closed"): "closed",
+    ("reconnecting", "closed"): "closed",
+    ("connecting", "closed"): "closed",
+}
+
+
+class _Self:
+    """The id-map origin of ddmd's own requests."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ddmd"
+
+
+SELF = _Self()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The parts of the configuration a session decides with (built by the driver)."""
+
+    ddm_request: float = 5.0
+    dbgd_ack: float = 1.0
+    reconnect: float = 10.0
+    thread_poll_interval: float = 0.5
+    always_poll_threads: bool = False
+    heap_info: bool = True
+    auto_select_waiting: bool = True
+    max_packet: int = 1 << 30
+    stream_threshold: int = 1 << 20
+    max_inflated: int = 64 << 20
+    max_debuggers: int = 1
+    thread_lease: float = 5.0  # how long one RefreshThreads keeps the polls going
+    quiet_confirm: float = 1.0  # how long a GC without heap info waits for a reply
+    poll_phase: float = 0.0  # 0..1: this VM's place in the poll interval (spreads many VMs)
+
+
+@dataclass(slots=True)
+class _Own:
+    """One request of ddmd's own on the wire."""
+
+    purpose: str
+    feature: str
+    expect: Expect
+    judgement: Judgement | None = None
+    expired: bool = False
+    seen: int = 0  # a model counter when it was sent (heap info for the probe)
+
+    @property
+    def done(self) -> bool:
+        return self.judgement is not None or self.expired
+
+    def refused(self) -> bool:
+        return self.judgement is not None and self.judgement.answer in (
+            Answer.FAILED,
+            Answer.REFUSED,
+        )
+
+    def succeeded(self) -> bool:
+        return self.judgement is not None and self.judgement.answer is Answer.DATA
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One API call being worked on."""
+
+    call: int
+    request: object
+    deadline: float
+    seen: int = 0
+    owns: list[_Own] = field(default_factory=list)
+
+
+class VmSession:
+    """One VM's state machine, DDM conversation, model and routing table."""
+
+    def __init__(
+        self,
+        vm_id: str,
+        *,
+        source: str,
+        address: str,
+        device: str | None = None,
+        expected_pid: int | None = None,
+        process_pid: int | None = None,
+        process_name: str | None = None,
+        settings: SessionSettings | None = None,
+    ) -> None:
+        self.vm_id = vm_id
+        self.source = source
+        self.address = address
+        self.device = device
+        self.process_pid = process_pid
+        self.process_name = process_name
+        self.settings = s = settings or SessionSettings()
+        self.state = "connecting"
+        self.model = VmModel(expected_pid=expected_pid, max_inflated=s.max_inflated)
+        self.router = Router(
+            on_reply=self._on_reply,
+            on_push=self._on_push,
+            max_packet=s.max_packet,
+            stream_threshold=s.stream_threshold,
+        )
+        self.identified = False
+        self.connected_at: float | None = None
+        self._out: list[Command] = []
+        self._own: dict[int, _Own] = {}
+        self._calls: dict[int, _Pending] = {}
+        self._heap_info_subscribed = False
+        self._segment_users = 0
+        self._lease_until = -math.inf
+        self._next_poll: float | None = None
+        self._thst: _Own | None = None
+        self._waits: dict[int, float] = {}  # debugger -> deadline of its wait for the VM
+        self._wake: float | None = None
+        self._now = 0.0
+        self.reconnects = 0
+
+    # ------------------------------------------------------------------ the one entry point
+
+    def handle(self, item: Input, now: float) -> list[Command]:
+        """Feed one input; returns the commands to carry out, in order."""
+        out = self._out = []
+        self._now = now
+        attached_before = len(self.router.attached())
+        if isinstance(item, VmBytes):
+            out += self.router.vm_data(item.data)
+        elif isinstance(item, DebuggerBytes):
+            commands, leaving = self.router.debugger_data(item.debugger, item.data)
+            out += commands
+            if leaving is not None:
+                self._debugger_leaves(item.debugger, leaving, now)
+            elif len(self.router.attached()) > attached_before:
+                self._attached(item.debugger)
+        elif isinstance(item, Tick):
+            self._tick(now)
+        elif isinstance(item, Call):
+            self._call(item, now)
+        elif isinstance(item, VmConnected):
+            self._connected(item, now)
+        elif isinstance(item, DebuggerJoined):
+            self._debugger_joins(item, now)
+        elif isinstance(item, DebuggerLeft):
+            self._debugger_leaves(item.debugger, item.reason, now)
+        elif isinstance(item, VmClosed):
+            self._closed(item.reason)
+        else:
+            raise LocalProtocolError(f"VmSession cannot handle {item!r}")
+        self._settle(now)
+        self._poll(now)
+        self._schedule()
+        self._out = []
+        return out
+
+    def _goto(self, what: str) -> None:
+        try:
+            self.state = TRANSITIONS[(self.state, what)]
+        except KeyError:
+            raise LocalProtocolError(
+                f"{self.vm_id}: {what!r} cannot happen in {self.state!r}"
+            ) from None
+
+    def _log(self, event: str, level: str = "info", **fields: object) -> None:
+        self._out.append(Log(event, level, dict(fields)))
+
+    def _notes(self, notes: list[Note]) -> None:
+        for note in notes:
+            self._out.append(Log(note.event, note.level, dict(note.fields)))
+
+    # ------------------------------------------------------------------ the VM connection
+
+    def _connected(self, item: VmConnected, now: float) -> None:
+        reopened = self.state == "reconnecting"
+        self._goto("connected")
+        self.connected_at = now
+        self.model.forget_threads()
+        self._heap_info_subscribed = False
+        if reopened:
+            self.reconnects += 1
+            self._log("vm.reconnected")
+        self._out += self.router.connected()
+        for debugger in list(self._waits):
+            if debugger in self.router.attached():
+                self._attached(debugger)
+        self._identify(now)
+        if item.leftover:
+            self._out += self.router.vm_data(item.leftover)
+        self._out.append(Changed())
+
+    def _closed(self, reason: str) -> None:
+        if self.state == "closed":
+            return
+        self._goto("closed")
+        self._drop_own("the VM disconnected")
+        for debugger in (*self.router.attached(), *self._waits):
+            self._out.append(CloseDebugger(debugger, "the VM disconnected"))
+        self._waits.clear()
+        self._log("vm.disconnected", reason=reason)
+        self._out.append(Changed())
+
+    def _drop_own(self, why: str) -> None:
+        """The connection ends (closed or reopened): every pending request fails at once."""
+        self.router.disconnected()
+        self._own.clear()
+        self._thst = None
+        for pending in list(self._calls.values()):
+            self._reject(pending, "gone", f"{self.name} went away ({why})")
+
+    # ------------------------------------------------------------------ names
+
+    @property
+    def name(self) -> str:
+        return self.snapshot().display_name
+
+    def selection_key(self) -> str | None:
+        """``DEVICE|NAME``: the package, else the app; a VM that reports no name (a plain JVM)
+        is known by its address once identified; None until then."""
+        for name in (self.model.package, self.model.app):
+            if name and name not in UNNAMED:
+                return f"{self.device or 'local'}|{name}"
+        if self.identified and self.model.ddm is not True:
+            return f"{self.device or 'local'}|{self.address}"
+        return None
+
+    def missing(self, feature: str) -> str:
+        return missing_sentence(
+            self.name, feature, self.model.unsupported.get(feature, ""), ddm=self.model.ddm
+        )
+
+    def _mark_unsupported(self, feature: str, why: str) -> None:
+        if self.model.mark_unsupported(feature, why):
+            self._log("vm.feature_unsupported", feature=feature, what=words(feature), reason=why)
+            self._out.append(Changed())
+
+    # ------------------------------------------------------------------ ddmd's own requests
+
+    def _ask(self, chunk: ddm.Chunk, purpose: str, feature: str, now: float) -> _Own:
+        packet = ddm.ddm_command(0, chunk)
+        deadline = now + self.settings.ddm_request
+        if purpose == "dbgd":
+            deadline = now + self.settings.dbgd_ack
+        vm_id, send = self.router.send_own(
+            SELF, packet.command_set, packet.command, packet.data, deadline
+        )
+        own = _Own(purpose, feature, expectation(int(chunk.chunk_type)))
+        self._own[vm_id] = own
+        self._out.append(send)
+        return own
+
+    def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
+        own = self._own.pop(pending.vm_id, None)
+        if own is None:
+            return []
+        if own.purpose == "version":
+            own.judgement = Judgement(Answer.DATA)
+            if not packet.error_code:
+                self.model.description = _jstring(packet.data)
+                self._log("vm.version", description=self.model.description)
+                self._out.append(Changed())
+            return []
+        own.judgement = judgement = judge(packet)
+        if own.purpose == "helo":
+            self._hello_answered(judgement)
+            return []
+        if judgement.answer is Answer.MALFORMED:
+            self._log("ddm.chunk_malformed", "warning", feature=own.feature, error=judgement.reason)
+        elif own.expect is Expect.QUIET and own.refused():
+            verb = "it refused" if judgement.answer is Answer.FAILED else "it answered"
+            self._mark_unsupported(own.feature, f"{verb}: {judgement.reason}")
+        elif own.expect is Expect.REPLY and judgement.answer is Answer.REFUSED:
+            self._mark_unsupported(own.feature, f"it answered: {judgement.reason}")
+        if judgement.answer is Answer.DATA:
+            if own.purpose == "feat":
+                for chunk in judgement.chunks:
+                    if isinstance(chunk, ddm.FeatReply):
+                        self.model.features = chunk.features
+                        self._out.append(Changed())
+            elif own.purpose != "stkl":
+                # Thread states, and the draft's heap info carried in the reply itself.
+                for chunk in judgement.chunks:
+                    self._apply(chunk)
+        if own.purpose == "hpif-now":
+            self._check_heap_probe(own)
+        if own.purpose == "dbgd":
+            acknowledged = judgement.answer is Answer.DATA and any(
+                isinstance(c, ddm.Dbgd) for c in judgement.chunks
+            )
+            self._release_done(acknowledged)
+        return []
+
+    def _expired(self, own: _Own) -> None:
+        own.expired = True
+        if own.expect is Expect.REPLY:
+            timeout = self.settings.ddm_request
+            self._log("ddm.request_timed_out", feature=own.feature, timeout=timeout)
+            self._mark_unsupported(own.feature, silence_reason(own.feature, timeout))
+            if own.purpose == "helo":
+                # A DDM VM without handlers, or a silent peer: kept (still debuggable).
+                self._identified()
+        elif own.purpose == "dbgd":
+            self._release_done(False)
+
+    # ------------------------------------------------------------------ identification
+
+    def _identify(self, now: float) -> None:
+        if self.model.ddm is False:
+            self._identified()  # a plain JVM, known from an earlier connection
+            return
+        self.model.unsupported.pop("HELO", None)  # one more HELO per connection
+        self._ask(ddm.HeloRequest(1), "helo", "HELO", now)
+
+    def _hello_answered(self, judgement: Judgement) -> None:
+        now = self._now
+        if judgement.answer is Answer.REFUSED:
+            # A VM without DDM (a plain JVM). Only now may ddmd send a non-DDM command, once.
+            self.model.ddm = False
+            self._log("vm.not_ddm")
+            self._mark_unsupported("HELO", f"it answered: {judgement.reason}")
+            vm_id, send = self.router.send_own(
+                SELF,
+                CommandSet.VIRTUAL_MACHINE,
+                VirtualMachineCommand.VERSION,
+                b"",
+                now + self.settings.ddm_request,
+            )
+            self._own[vm_id] = _Own("version", "VERSION", Expect.REPLY)
+            self._out.append(send)
+            self._identified()
+            return
+        self.model.ddm = True
+        if judgement.answer is not Answer.DATA:
+            self._log(
+                "vm.hello_failed", error=f"{self.name} sent a bad answer ({judgement.reason})"
+            )
+            self._identified()
+            return
+        for chunk in judgement.chunks:
+            if isinstance(chunk, ddm.HeloReply):
+                applied = self.model.apply_hello(chunk)
+                self._notes(applied.notes)
+        self._identified()
+        self._ask(ddm.FeatRequest(), "feat", "FEAT", now)
+        # Answered by the THCR burst, then an empty reply or (ART 9+) nothing at all.
+        self._ask(ddm.ThreadNotify(True), "then", "THEN", now)
+        if self.settings.heap_info:
+            self._ask(ddm.HeapInfoRequest(3), "hpif-every-gc", "HPIF", now)
+            self._heap_info_subscribed = True
+            probe = self._ask(ddm.HeapInfoRequest(1), "hpif-now", "HPIF", now)
+            probe.seen = self.model.heap_info_seq
+
+    def _identified(self) -> None:
+        if self.state == "identifying":
+            self._goto("identified")
+        self.identified = True
+        self._out.append(Changed(renamed=True))
+
+    def _check_heap_probe(self, own: _Own) -> None:
+        """HPIF now always produces heap info where the VM has the handler (pushed before the
+        reply, or in the draft's reply). None at all is the evidence that it lacks heap info,
+        and heap segments with it: Android 12 removed both hooks together (protocol.md 3.8)."""
+        if self.model.heap_info_seq > own.seen or own.refused():
+            return
+        self._heap_info_subscribed = False
+        self._mark_unsupported("HPIF", silence_reason("HPIF", self.settings.ddm_request))
+        self._mark_unsupported("HPSG", "it reports no heap information; Android 12 removed both")
+
+    # ------------------------------------------------------------------ pushes
+
+    def _on_push(self, packet: CommandPacket) -> list[Command]:
+        try:
+            chunks = ddm.chunks_of(packet, ddm.Direction.FROM_VM)
+        except ProtocolError as exc:
+            self._log("ddm.chunk_malformed", "warning", error=str(exc), id=packet.id)
+            return []
+        for chunk in chunks:
+            self._apply(chunk)
+        return []
+
+    def _apply(self, chunk: ddm.Chunk) -> None:
+        applied = self.model.apply(chunk)
+        self._notes(applied.notes)
+        if applied.waiting and self.settings.auto_select_waiting and not self.router.attached():
+            self._out.append(SelectMe("waiting for a debugger"))
+        if applied.changed or applied.renamed:
+            self._out.append(Changed(renamed=applied.renamed))
+
+    # ------------------------------------------------------------------ API calls
+
+    def _gate(self, feature: str) -> str | None:
+        """Why ``feature`` cannot be asked for now (a sentence), or None."""
+        if self.model.ddm is False or feature in self.model.unsupported:
+            return "unsupported"
+        kind = ddm.ChunkType.__members__.get(feature)
+        needs = FEATURE_NAMES.get(kind) if kind is not None else None
+        if needs is not None and self.model.features and needs not in self.model.features:
+            self._mark_unsupported(feature, f"its feature list lacks {needs!r}")
+            return "unsupported"
+        if self.state in ("closed", "connecting"):
+            return "gone"
+        return None
+
+    def _call(self, item: Call, now: float) -> None:
+        request = item.request
+        pending = _Pending(item.call, request, now + self.settings.ddm_request)
+        self._calls[item.call] = pending
+        if isinstance(request, RefreshThreads):
+            self._lease_until = now + self.settings.thread_lease
+            if self.model.ddm and "THST" not in self.model.unsupported and self.router.ready:
+                if self._thst is None:
+                    self._thst = self._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
+                pending.owns.append(self._thst)
+            return
+        feature = {CauseGc: "HPGC", GetStack: "STKL", DumpHeap: "HPSG"}[type(request)]
+        refusal = self._gate(feature)
+        if refusal is not None:
+            message = (
+                self.missing(feature)
+                if refusal == "unsupported"
+                else f"{self.name} is not connected"
+            )
+            self._reject(pending, refusal, message)
+            return
+        if isinstance(request, GetStack):
+            pending.owns.append(
+                self._ask(ddm.StackTraceRequest(request.thread_id), "stkl", "STKL", now)
+            )
+        elif isinstance(request, CauseGc):
+            pending.seen = self.model.heap_info_seq
+            heap_info = self.settings.heap_info and "HPIF" not in self.model.unsupported
+            if heap_info and not self._heap_info_subscribed:
+                self._ask(ddm.HeapInfoRequest(2), "hpif-next", "HPIF", now)  # info at the next GC
+            if not heap_info:
+                pending.deadline = now + min(self.settings.ddm_request, self.settings.quiet_confirm)
+            pending.owns.append(self._ask(ddm.GcRequest(), "gc", "HPGC", now))
+        elif isinstance(request, DumpHeap):
+            pending.seen = self.model.heap_end_seq
+            self._segment_users += 1
+            pending.owns.append(self._ask(ddm.HeapSegmentRequest(1, 0), "segments-on", "HPSG", now))
+            pending.owns.append(self._ask(ddm.GcRequest(), "gc", "HPGC", now))
+
+    def _settle(self, now: float) -> None:
+        """Answer every call whose outcome is known."""
+        for pending in list(self._calls.values()):
+            request = pending.request
+            refused = next((o for o in pending.owns if o.refused()), None)
+            if isinstance(request, RefreshThreads):
+                if all(o.done for o in pending.owns):
+                    self._resolve(pending, None, now)
+            elif isinstance(request, GetStack):
+                self._settle_stack(pending, now)
+            elif refused is not None:
+                self._reject(pending, "unsupported", self.missing(refused.feature), now)
+            elif isinstance(request, CauseGc):
+                gc = pending.owns[-1]
+                if self.model.heap_info_seq > pending.seen:
+                    self._resolve(pending, GcOutcome(True, "heap info"), now)
+                elif gc.succeeded():
+                    self._resolve(pending, GcOutcome(True, "reply"), now)
+                elif now >= pending.deadline:
+                    why = (
+                        "it does not report heap information"
+                        if "HPIF" in self.model.unsupported or not self.settings.heap_info
+                        else f"no heap information arrived within {self.settings.ddm_request:g} s"
+                    )
+                    note = f"the VM gave no confirmation: {why}"
+                    self._resolve(pending, GcOutcome(False, None, note), now)
+            elif isinstance(request, DumpHeap):
+                if self.model.heap_end_seq > pending.seen:
+                    self._resolve(pending, self.model.heap_images, now)
+                elif now >= pending.deadline:
+                    message = (
+                        f"{self.name} sent no heap segments within "
+                        f"{self.settings.ddm_request:g} s of the GC"
+                    )
+                    self._reject(pending, "timed_out", message, now)
+
+    def _settle_stack(self, pending: _Pending, now: float) -> None:
+        (own,) = pending.owns
+        if own.expired:
+            self._reject(pending, "unsupported", self.missing("STKL"), now)
+            return
+        judgement = own.judgement
+        if judgement is None:
+            return
+        if judgement.answer is Answer.REFUSED:
+            self._reject(pending, "unsupported", self.missing("STKL"), now)
+        elif judgement.answer is Answer.FAILED:
+            self._reject(
+                pending,
+                "failed",
+                f"{self.name} could not give a stack trace: {judgement.reason}",
+                now,
+            )
+        elif judgement.answer is Answer.MALFORMED:
+            self._reject(
+                pending, "failed", f"{self.name} sent a malformed answer ({judgement.reason})", now
+            )
+        else:
+            trace = next((c for c in judgement.chunks if isinstance(c, ddm.StackTrace)), None)
+            if trace is None:
+                self._reject(pending, "failed", f"{self.name} sent no stack trace", now)
+            else:
+                self._resolve(pending, trace, now)
+
+    def _finish(self, pending: _Pending, now: float | None) -> None:
+        self._calls.pop(pending.call, None)
+        if isinstance(pending.request, DumpHeap):
+            self._segment_users -= 1
+            if self._segment_users == 0 and self.router.ready and now is not None:
+                self._ask(ddm.HeapSegmentRequest(0, 0), "segments-off", "HPSG", now)
+
+    def _resolve(self, pending: _Pending, value: object, now: float) -> None:
+        self._finish(pending, now)
+        self._out.append(Resolve(pending.call, value))
+
+    def _reject(self, pending: _Pending, kind: str, message: str, now: float | None = None) -> None:
+        self._finish(pending, now)
+        self._out.append(Reject(pending.call, kind, message))
+
+    # ------------------------------------------------------------------ time
+
+    def _tick(self, now: float) -> None:
+        for entry in self.router.ids.expire(now):
+            own = self._own.pop(entry.vm_id, None)
+            if own is not None:
+                self._expired(own)
+                if own.purpose == "hpif-now":
+                    self._check_heap_probe(own)
+                if own is self._thst:
+                    self._thst = None
+        for debugger, deadline in list(self._waits.items()):
+            if now >= deadline:
+                del self._waits[debugger]
+                self._log(
+                    "debugger.rejected",
+                    "warning",
+                    debugger=debugger,
+                    reason=f"{self.vm_id} did not come back within [timeouts] reconnect",
+                )
+                self._out.append(CloseDebugger(debugger, "the VM did not come back"))
+
+    def _poll(self, now: float) -> None:
+        """THST at a fixed rate (missed ticks skipped) while someone watches the VM."""
+        interval = self.settings.thread_poll_interval
+        watched = self.settings.always_poll_threads or now < self._lease_until
+        if not (
+            watched
+            and self.model.ddm
+            and "THST" not in self.model.unsupported
+            and self.router.ready
+        ):
+            self._next_poll = None
+            return
+        if self._next_poll is None:
+            self._next_poll = now + self.settings.poll_phase * interval
+        if now < self._next_poll:
+            return
+        if self._thst is None or self._thst.done:
+            self._thst = self._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
+        behind = now - self._next_poll
+        self._next_poll += interval * (1 + int(behind // interval))
+
+    def _schedule(self) -> None:
+        times = [p.deadline for p in self._calls.values()]
+        times += self._waits.values()
+        deadline = self.router.ids.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
+        if self._next_poll is not None:
+            times.append(self._next_poll)
+        wake = min(times) if times else None
+        if wake is not None and wake != self._wake:
+            self._out.append(WakeMeAt(wake))
+        self._wake = wake
+
+    # ------------------------------------------------------------------ debuggers
+
+    def _debugger_joins(self, item: DebuggerJoined, now: float) -> None:
+        count = self.router.debugger_count()
+        if count >= self.settings.max_debuggers or self.state == "closed":
+            holders = ", ".join(self.router.peers()) or "none"
+            self._log(
+                "debugger.rejected",
+                "warning",
+                peer=item.peer,
+                via=item.via,
+                reason=f"{self.vm_id} already has {count} debugger(s) ([debugger] max_per_vm)"
+                if self.state != "closed"
+                else f"{self.vm_id} is gone",
+                holder=holders,
+            )
+            self._out.append(CloseDebugger(item.debugger, "rejected"))
+            return
+        self._out += self.router.debugger_joined(item.debugger, item.via, item.peer)
+        if not self.router.ready:
+            self._waits[item.debugger] = now + self.settings.reconnect
+
+    def _attached(self, debugger: int) -> None:
+        """A debugger's handshake completed: the VM no longer waits for one."""
+        self._waits.pop(debugger, None)
+        self.model.waiting = False
+        self._out.append(Changed())
+
+    def _debugger_leaves(self, debugger: int, reason: str, now: float) -> None:
+        self._waits.pop(debugger, None)
+        was_attached, commands = self.router.debugger_left(debugger)
+        self._out += commands
+        if not was_attached:
+            return
+        self._log("debugger.detached", debugger=debugger, reason=reason)
+        self._out.append(Changed())
+        if self.router.attached() or self.state != "ready":
+            return
+        # The last debugger left: make the VM drop its state (breakpoints, suspensions).
+        self._goto("last debugger left")
+        self.router.ready = False
+        if self.model.ddm is True:
+            self._log("ddm.dbgd_sent", after=reason)
+            self._ask(ddm.Dbgd(), "dbgd", "DBGD", now)
+        else:
+            self._release_done(False)
+
+    def _release_done(self, acknowledged: bool) -> None:
+        if self.state != "releasing":
+            return
+        if acknowledged:
+            self._goto("acknowledged")
+            self._log("ddm.dbgd_acknowledged")
+            self._out += self.router.connected_again()
+            return
+        # Closing the connection releases breakpoints and suspensions on every VM family.
+        self._goto("no acknowledgement")
+        self._drop_own("recycled after the debugger left")
+        self._log("vm.reconnecting")
+        self._out.append(Reconnect("recycled after the debugger left"))
+        self._out.append(Changed())
+
+    # ------------------------------------------------------------------ the snapshot
+
+    def snapshot(
+        self,
+        *,
+        current: bool = False,
+        debugger_port: int | None = None,
+    ) -> VmSnapshot:
+        m = self.model
+        pid, app = m.pid, m.app
+        if m.ddm is False:
+            # A plain JVM found by the port scan: named like jps does (pid, main class or jar).
+            pid = self.process_pid if pid is None else pid
+            app = self.process_name if app is None else app
+        peers = self.router.peers()
+        return VmSnapshot(
+            id=self.vm_id,
+            source=self.source,
+            address=self.address,
+            state=self.state if self.state != "closed" else "disconnected",
+            ddm=m.ddm,
+            pid=pid,
+            app=app,
+            package=m.package,
+            user_id=m.user_id,
+            vm_ident=m.vm_ident,
+            abi=m.abi,
+            jvm_flags=m.jvm_flags,
+            native_debuggable=m.native_debuggable,
+            description=m.description,
+            features=m.features,
+            unsupported=tuple(sorted(m.unsupported)),
+            waiting_for_debugger=m.waiting,
+            threads=m.thread_tuple(),
+            heaps=m.heaps,
+            device=self.device,
+            debugger_port=debugger_port,
+            debugger=", ".join(peers) if peers else None,
+            current=current,
+            connected_at=self.connected_at,
+            unsupported_reasons=tuple(sorted(m.unsupported.items())),
+        )
+
+
+def _jstring(data: bytes) -> str | None:
+    if len(data) < 4:
+        return None
+    n = int.from_bytes(data[:4], "big")
+    if 4 + n > len(data):
+        return None
+    return data[4 : 4 + n].decode("utf-8", errors="replace")
