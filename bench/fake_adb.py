@@ -25,6 +25,19 @@ and a length-prefixed message):
   ``...:killforward:tcp:LOCAL``, ``host:killforward-all`` and ``host:list-forward``.
 
 The relays copy bytes with ``receive_some(65536)``/``send_all``, like the bench's trio relay.
+Two things make a stand-in device behave like a phone for the old ddmlib:
+
+- a refused connection to a pid's port is retried for up to 2 s (a JVM listens again a few ms
+  after its previous debugger connection ended; a phone's adbd hands out a new JDWP connection
+  as soon as the VM can take one);
+- when the VM ends a ``jdwp:PID`` stream first, the client's side stays open until the client
+  closes it (at most 5 s; what it sends meanwhile is dropped). The OpenJDK agent (HotSpot, and
+  ART 9+ once a debugger attached) closes its connection right after VirtualMachine.Dispose.
+  ddmlib 25 drops a VM for good when that EOF reaches it before the debugger's own EOF (the pid
+  never leaves ``track-jdwp``, so it is never reopened), and reopens the VM when the debugger's
+  EOF comes first. Holding the VM's EOF back makes the second order certain, so ddmlib recycles
+  its VM connection after every debugger session. ddmd answers Dispose itself and closes the
+  stream from its side, so this never applies to it.
 (tests/adb/fakeadb.py is the test suite's richer fake, with faults and device changes; benches
 never import tests, so this is a separate, smaller one.)
 """
@@ -46,6 +59,8 @@ HOST = "127.0.0.1"
 VERSION = 41  # adb 1.0.41: what Debian's adb 29.0.6 client expects, or it restarts the server
 REQUEST_TIMEOUT = 10.0  # seconds for a client to finish sending a request
 CONNECT_TIMEOUT = 5.0  # seconds to reach a pid's JDWP port
+REFUSED_RETRY = 2.0  # seconds during which a refused connection to a pid's port is retried
+HOLD_AFTER_VM_EOF = 5.0  # see bridge()
 GETPROP = (
     b"[ro.build.version.release]: [11]\n[ro.build.version.sdk]: [30]\n"
     b"[ro.product.model]: [Bench]\n[ro.product.cpu.abi]: [x86_64]\n[ro.debuggable]: [1]\n"
@@ -190,11 +205,20 @@ class Server:
         port = self.pids.get(pid)
         if port is None:
             return f"no debuggable process {raw_pid}"
-        try:
-            with trio.fail_after(CONNECT_TIMEOUT):
-                return await trio.open_tcp_stream(HOST, port)
-        except (OSError, trio.TooSlowError) as exc:
-            return f"cannot connect to process {pid}: {exc!r}"
+        deadline = trio.current_time() + REFUSED_RETRY
+        delay = 0.005
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    return await trio.open_tcp_stream(HOST, port)
+            except trio.TooSlowError:
+                return f"cannot connect to process {pid}: no answer in {CONNECT_TIMEOUT:g} s"
+            except OSError as exc:
+                # A JVM listens again a few ms after its previous connection ended.
+                if trio.current_time() + delay > deadline:
+                    return f"cannot connect to process {pid}: {exc}"
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     async def forwarded(self, raw_pid: str, stream: trio.SocketStream) -> None:
         """One connection to a forward listener: relayed to the pid, or closed (as adb does)."""
@@ -257,22 +281,34 @@ class Server:
 
 
 async def bridge(client: trio.SocketStream, backend: trio.SocketStream, pending: bytes) -> None:
-    """Relay bytes both ways until either side closes."""
+    """Relay bytes both ways until either side closes. When the VM's side ends first, the
+    client's side is kept open (what it sends is dropped) until the client closes it, for at
+    most HOLD_AFTER_VM_EOF seconds."""
+    client_closed = False
     async with backend:
         if pending:
             await backend.send_all(pending)
         async with trio.open_nursery() as nursery:
 
             async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+                nonlocal client_closed
                 try:
                     while data := await source.receive_some(65536):
                         await sink.send_all(data)
+                    client_closed = client_closed or source is client
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(pump, client, backend)
             nursery.start_soon(pump, backend, client)
+    if not client_closed:
+        with trio.move_on_after(HOLD_AFTER_VM_EOF):
+            try:
+                while await client.receive_some(65536):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
 
 def parse_pid(text: str) -> tuple[int, int]:

@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/heapimage_render.py [MiB] [repeats]`` (default 64 MiB, 3 times).
 Prints, for this machine, the number of HPSG pairs, the picture's layout and the time of each
-render of `ddmd.heapimage.render_png` (what ``GET /api/v1/vms/TARGET/heap.png`` runs in a worker
-thread), and writes the same line to ``artifacts/heapimage-bench.txt``.
+render of `ddmd.control.heapimage.render_png` (what ``GET /api/v1/vms/TARGET/heap.png`` runs
+in a worker thread), and writes the same line to ``artifacts/heapimage-bench.txt``.
 
 The heap is the one tests/web/test_heapimage.py draws (there without any timing): 8-byte
 units in runs of about four units, 512 KiB segments, a 64 KiB gap after every eighth segment;
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ddmd.heapimage import render_png
+from ddmd.control.heapimage import render_png
 from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"

@@ -8,7 +8,7 @@ Layer: the only place where tasks are wired together. Imports everything below i
         ├── control API (nursery.start -> started once bound)
         ├── discovery.scan --VmFound--> supervisor
         ├── discovery.adb  --VmFound/VmLost--> supervisor   (when [adb] enabled is not "off")
-        ├── supervisor: one task per VM (VmActor.run), errors contained per VM; a VmLost
+        ├── supervisor: one task per VM (VmDriver.run), errors contained per VM; a VmLost
         │   ends that VM's actor (its debugger's connection is closed) and logs why
         └── forget_old_ports: once a day, drops port-book entries of apps not seen for
             [debugger] forget_after_days (also done once at start, before anything runs)
@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 import structlog
 import trio
 
-from ddmd import control, events, metrics, notify, safety
+from ddmd import notify
 from ddmd.config import Config
+from ddmd.control import app as control
+from ddmd.control import events, metrics, safety
 from ddmd.discovery import VmFound, VmLost
 from ddmd.discovery.scan import PortScanner
 from ddmd.errors import PortInUse
@@ -40,14 +42,14 @@ from ddmd.listeners import CurrentVmListener, VmPorts
 from ddmd.logs import Event
 from ddmd.ports import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
-from ddmd.vm import VmActor
+from ddmd.drive.vm import VmDriver
 
 log = structlog.get_logger("ddmd.daemon")
 
 
 @dataclass(slots=True)
 class Supervisor:
-    """Runs one VmActor per found VM; one VM's failure never reaches the others."""
+    """Runs one VmDriver per found VM; one VM's failure never reaches the others."""
 
     config: Config
     registry: VmRegistry
@@ -56,7 +58,7 @@ class Supervisor:
     # back off from a port whose VM keeps breaking the protocol.
     on_vm_ended: Callable[[object, bool, str], None] | None = None
     held: set[object] = field(default_factory=set)
-    actors: dict[str, VmActor] = field(default_factory=dict)
+    actors: dict[str, VmDriver] = field(default_factory=dict)
     _scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict)
     # Final counters of the VMs that went away: /metrics adds the live ones to these.
@@ -101,7 +103,7 @@ class Supervisor:
         scope.cancel()
 
     async def _run_vm(self, found: VmFound) -> None:
-        actor = VmActor(
+        actor = VmDriver(
             vm_id=found.vm_id,
             source=found.source,
             address=found.address,

@@ -1,7 +1,8 @@
 """The errors ddmd raises across module boundaries.
 
-Layer: imported by everything above `protocol/` (config, vm, debugger, listeners, control, daemon,
-cli); imports nothing from ddmd. The sans-IO core has its own tree in `ddmd.protocol.errors`.
+Layer: imported by everything above `protocol/` and `session/` (config, registry, ports, drive,
+control, daemon, cli); imports nothing from ddmd. The sans-IO core has its own tree in
+`ddmd.protocol.errors`.
 
 Catch by meaning, as with httpx's exceptions::
 
@@ -14,8 +15,6 @@ Catch by meaning, as with httpx's exceptions::
     │   ├── FeatureUnsupported  the VM does not speak DDM, or lacks this handler
     │   ├── RequestTimedOut   the VM did not answer in time
     │   └── DdmFailed         the VM answered with a DDM FAIL chunk or a malformed reply
-    ├── DebuggerRejected      a debugger connection was refused, with the reason
-    ├── DaemonNotRunning      a CLI client found no daemon at the control address
     └── TargetError           a CLI target (pid, name, port) matched no VM, or several
 
 Edges translate them: the CLI prints one line and picks an exit code, the control API answers
@@ -31,10 +30,8 @@ from collections.abc import Sequence
 __all__ = [
     "ConfigError",
     "ConfigProblems",
-    "DaemonNotRunning",
     "DdmFailed",
     "DdmdError",
-    "DebuggerRejected",
     "FeatureUnsupported",
     "PortInUse",
     "RequestTimedOut",
@@ -185,30 +182,6 @@ class RequestTimedOut(VmRequestError):
 
 class DdmFailed(VmRequestError):
     """The VM refused a DDM request (a FAIL chunk) or answered with something malformed."""
-
-
-class DebuggerRejected(DdmdError):
-    """A debugger connection was refused; `reason` says why, so the log can tell the user."""
-
-    def __init__(self, reason: str, *, vm: str | None = None, port: int | None = None) -> None:
-        where = []
-        if vm is not None:
-            where.append(f"vm={vm}")
-        if port is not None:
-            where.append(f"port={port}")
-        prefix = " ".join(where)
-        super().__init__(f"debugger rejected ({prefix}): {reason}" if prefix else reason)
-        self.reason = reason
-        self.vm = vm
-        self.port = port
-
-
-class DaemonNotRunning(DdmdError):
-    """No ddmd daemon answered at the control address."""
-
-    def __init__(self, address: str) -> None:
-        super().__init__(f"no ddmd daemon answers at {address}; start one with `ddmd run`")
-        self.address = address
 
 
 class TargetError(DdmdError):

@@ -1,7 +1,7 @@
 """One daemon per control address: `ddmd run` and `ddmd demo` find a running ddmd first.
 
 Layer: beside `cli` (which calls `claim` before it binds anything or starts simulated VMs);
-imports config and errors, and the standard library only (no trio, no httpx), so the check
+imports config, errors and netaddr, and the standard library only (no trio, no httpx), so the check
 costs nothing when no other daemon is there.
 
 Two checks, in this order:
@@ -39,6 +39,7 @@ from typing import Final
 
 from ddmd.config import Config
 from ddmd.errors import DdmdError
+from ddmd.netaddr import connectable, host_port
 
 __all__ = [
     "AlreadyRunning",
@@ -80,22 +81,13 @@ class Running:
     pid: int | None
 
 
-def _address(host: str, port: int) -> str:
-    return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-
-
-def _connectable(host: str) -> str:
-    """A daemon listening on every address is reached on loopback."""
-    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-
-
 def probe(host: str, port: int, token: str = "", timeout: float = PROBE_TIMEOUT) -> Running | None:
     """Ask host:port for ddmd's health; a `Running` if a ddmd answers there, else None.
 
     Anything else (nothing listening, another program, no answer in `timeout` seconds) is None:
     then the daemon's own bind reports a port taken by another program as it always has.
     """
-    connection = http.client.HTTPConnection(_connectable(host), port, timeout=timeout)
+    connection = http.client.HTTPConnection(connectable(host), port, timeout=timeout)
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -205,7 +197,7 @@ def claim(
         env = os.environ
     health = probe if check is None else check
     control = config.control
-    address = _address(control.host, control.port)
+    address = host_port(control.host, control.port)
     path = lock_path(config, env)
     fd: int | None = None
     problem: str | None = None

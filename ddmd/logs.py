@@ -1,7 +1,7 @@
 """Logging: the one structlog + stdlib `logging` set-up, and the catalogue of event names.
 
-Layer: imported by everything above `protocol/` for `get_logger` and `Event`; `configure` is called
-once, by `cli`. Never imported by `ddmd.protocol`.
+Layer: imported by everything above `protocol/` and `session/` for `get_logger` and `Event`;
+`configure` is called once, by `cli`. Never imported by `ddmd.protocol` or `ddmd.session`.
 
 Output goes to one stream (stdout unless told otherwise; systemd/journald keeps it):
 
@@ -75,9 +75,6 @@ class Event(StrEnum):
     CONFIG_LOADED = "config.loaded"
     CONFIG_DEFAULTS_USED = "config.defaults_used"
     # listening ports
-    LISTENER_BOUND = "listener.bound"
-    LISTENER_CLOSED = "listener.closed"
-    LISTENER_PORT_IN_USE = "listener.port_in_use"
     LISTENER_NON_LOOPBACK = "listener.non_loopback"
     LISTENER_ACCEPT_FAILED = "listener.accept_failed"
     # discovery by port scan
@@ -89,16 +86,12 @@ class Event(StrEnum):
     VM_FOUND = "vm.found"
     VM_REJECTED = "vm.rejected"
     VM_CONNECTED = "vm.connected"
-    VM_HANDSHAKE_TIMED_OUT = "vm.handshake_timed_out"
-    VM_HANDSHAKE_FAILED = "vm.handshake_failed"
     VM_HELLO = "vm.hello"
     VM_HELLO_FAILED = "vm.hello_failed"
     VM_VERSION = "vm.version"
-    VM_IDENTIFIED = "vm.identified"
     VM_PID_MISMATCH = "vm.pid_mismatch"
     VM_RENAMED = "vm.renamed"
     VM_APP_RENAMED = "vm.app_renamed"
-    VM_WAITING = "vm.waiting"
     VM_WAITING_FOR_DEBUGGER = "vm.waiting_for_debugger"
     VM_NOT_DDM = "vm.not_ddm"
     VM_FEATURE_UNSUPPORTED = "vm.feature_unsupported"
@@ -115,7 +108,6 @@ class Event(StrEnum):
     DDM_REPLY_UNKNOWN = "ddm.reply_unknown"
     DDM_REQUEST_TIMED_OUT = "ddm.request_timed_out"
     DDM_PUSH_IGNORED = "ddm.push_ignored"
-    JDWP_PROTOCOL_ERROR = "jdwp.protocol_error"
     STREAM_CLOSE_FAILED = "stream.close_failed"
     # debuggers
     DEBUGGER_LISTENING = "debugger.listening"
@@ -139,7 +131,6 @@ class Event(StrEnum):
     VM_SEND_FAILED = "vm.send_failed"
     PORTS_STATE_PROBLEM = "ports.state_problem"
     PORTS_FORGOTTEN = "ports.forgotten"  # an app's remembered debugger port was dropped
-    CURRENT_NONE = "current.none"
     # monitoring
     HEAP_INFO = "heap.info"
     HEAP_DUMP_PROBLEM = "heap.dump_problem"
@@ -157,7 +148,6 @@ class Event(StrEnum):
     DEVICE_VM_OPEN_FAILED = "device.vm_open_failed"
     DEVICE_VM_GONE = "device.vm_gone"
     # control API
-    CONTROL_STARTED = "control.started"
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"
     CONTROL_REQUEST_REFUSED = "control.request_refused"

@@ -14,7 +14,8 @@ import java.nio.charset.StandardCharsets;
  * client can go through ddmlib's per-VM debugger port the way it goes through ddmd's.
  *
  * <pre>
- *   java -cp CLASSES:DDMLIB_JARS DdmlibDriver ADB_PORT DEBUG_PORT_BASE SELECTED_PORT [TIMEOUT_S]
+ *   java -cp CLASSES:DDMLIB_JARS DdmlibDriver ADB_PORT DEBUG_PORT_BASE SELECTED_PORT
+ *        [TIMEOUT_S [LOG_LEVEL]]         (defaults: 30 s, "warn"; "debug" and "verbose" say more)
  *   out: "CLIENT SERIAL PID DEBUGGER_PORT"   once per VM whose debugger port is open
  *        "READY"                             after the first such VM
  *        "ERR message"                       when no VM shows up within TIMEOUT_S (default 30)
@@ -31,6 +32,7 @@ import java.nio.charset.StandardCharsets;
 public final class DdmlibDriver {
     private DdmlibDriver() {}
 
+    @SuppressWarnings("deprecation") // Log.setLogOutput: this ddmlib's way to route its log
     public static void main(String[] args) throws IOException, InterruptedException {
         if (args.length < 3) {
             System.out.println("ERR usage: DdmlibDriver ADB_PORT DEBUG_PORT_BASE SELECTED_PORT");
@@ -41,7 +43,7 @@ public final class DdmlibDriver {
         DdmPreferences.setSelectedDebugPort(Integer.parseInt(args[2]));
         DdmPreferences.setInitialThreadUpdate(false);
         DdmPreferences.setInitialHeapUpdate(false);
-        DdmPreferences.setLogLevel("warn");
+        DdmPreferences.setLogLevel(args.length > 4 ? args[4] : "warn");
         long timeoutNs = (args.length > 3 ? Long.parseLong(args[3]) : 30) * 1_000_000_000L;
         Log.setLogOutput(
                 new Log.ILogOutput() {

@@ -1,8 +1,9 @@
-"""The `ddmd` command line: argv -> Config -> daemon.run(), or (later) httpx calls to the control
-API.
+"""The `ddmd` command line: the click group, `check-config`, and `run`/`demo` (argv -> Config ->
+daemon.run()); the client commands come from `cli.client`, `cli.ports` and `cli.events`.
 
-Layer: the top; imports config, errors, logs, instance (the "already running" check), and the
-daemon lazily inside `ddmd run`. No protocol code.
+Layer: the top; imports config, errors, logs, netaddr, instance (the "already running" check)
+and the client command modules, and the daemon lazily inside `ddmd run` (`sim.demo` inside
+`ddmd demo`, `sim.cli` for `ddmd sim`). No protocol code.
 Errors become one line on stderr and an exit code:
 
     0  success
@@ -20,18 +21,21 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from ddmd import __version__, instance
+from ddmd.cli import client, events, ports
+from ddmd.cli.client import config_option
 from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
 from ddmd.errors import ConfigError, DdmdError
 from ddmd.logs import FORMATS, Event, configure, get_logger
+from ddmd.netaddr import host_port
 
-__all__ = ["EXIT_ALREADY_RUNNING", "EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
+__all__ = ["COMMANDS", "EXIT_ALREADY_RUNNING", "EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -39,6 +43,8 @@ EXIT_CONFIG = 2
 EXIT_ALREADY_RUNNING = 4
 
 _CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 log = get_logger("ddmd.cli")
 
@@ -65,10 +71,6 @@ def _fail_config(command: str, err: ConfigError) -> NoReturn:
     raise click.exceptions.Exit(EXIT_CONFIG)
 
 
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _summary(config: Config) -> Iterator[str]:
     """The effective ports and modes, one line each, for `check-config`."""
     scan, dbg, ctl, adb = config.scan, config.debugger, config.control, config.adb
@@ -77,13 +79,13 @@ def _summary(config: Config) -> Iterator[str]:
     else:
         yield "scan:        off"
     yield f"debuggers:   {dbg.host} ports {dbg.ports} (one per VM)"
-    yield f"current VM:  {_address(dbg.host, dbg.current_port)}"
+    yield f"current VM:  {host_port(dbg.host, dbg.current_port)}"
     token = ", token required" if ctl.token else ""
-    yield f"control API: {_address(ctl.host, ctl.port)}{token}"
+    yield f"control API: {host_port(ctl.host, ctl.port)}{token}"
     if adb.enabled == "off":
         yield "adb:         off"
     else:
-        yield f"adb:         {adb.enabled}, server {_address(adb.host, adb.port)}"
+        yield f"adb:         {adb.enabled}, server {host_port(adb.host, adb.port)}"
 
 
 _WHOLE = 1_000  # a summary length limit no summary reaches: never cut
@@ -98,7 +100,7 @@ class _Group(click.Group):
     """
 
     #: name -> (module, attribute) of commands imported on first use.
-    lazy: dict[str, tuple[str, str]] = {"sim": ("ddmd.sim", "sim_command")}
+    lazy: dict[str, tuple[str, str]] = {"sim": ("ddmd.sim.cli", "sim_command")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -133,6 +135,23 @@ def main() -> None:
     """
 
 
+def _serve_options(func: F) -> F:
+    """--config, --log-format and --log-level of the commands that run the daemon."""
+    func = click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        default=None,
+        help="Minimum log level; overrides [log] level.",
+    )(func)
+    func = click.option(
+        "--log-format",
+        type=click.Choice(FORMATS),
+        default=None,
+        help="Log output; overrides [log] format. auto = console on a terminal, JSON otherwise.",
+    )(func)
+    return config_option(func)
+
+
 @main.command("check-config", short_help="Check a config file and show the ports it sets.")
 @click.argument("file", type=click.Path(path_type=str))
 def check_config(file: str) -> None:
@@ -151,26 +170,7 @@ def check_config(file: str) -> None:
 
 
 @main.command("run", short_help="Run the daemon in the foreground until Ctrl-C or SIGTERM.")
-@click.option(
-    "--config",
-    "config_file",
-    metavar="FILE",
-    type=click.Path(path_type=str),
-    default=None,
-    help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="Log output; overrides [log] format. auto = console on a terminal, JSON otherwise.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default=None,
-    help="Minimum log level; overrides [log] level.",
-)
+@_serve_options
 def run(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
     """Run the daemon in the foreground until SIGINT or SIGTERM.
 
@@ -256,27 +256,13 @@ def _start(
 
 
 @main.command("demo", short_help="Run the daemon with three simulated VMs, no device needed.")
-@click.option(
-    "--config",
-    "config_file",
-    metavar="FILE",
-    type=click.Path(path_type=str),
-    default=None,
-    help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
-)
-@click.option("--log-format", type=click.Choice(FORMATS), default=None, help="As for 'run'.")
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default=None,
-    help="As for 'run'.",
-)
+@_serve_options
 def demo(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
     """Run the daemon with three simulated VMs (no device needed) until Ctrl-C.
 
     Exits 4 without starting anything when a ddmd already runs for the same control address.
     """
-    _serve("demo", config_file, log_format, log_level, "ddmd.demo", "run_demo")
+    _serve("demo", config_file, log_format, log_level, "ddmd.sim.demo", "run_demo")
 
 
 def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | None:
@@ -295,14 +281,10 @@ def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | 
     return found
 
 
-def _register_subcommands() -> None:
-    """Commands that live in their own modules: the control-API client (cheap to import, so
-    registered now) and the simulator (imported only when ``ddmd sim`` or ``--help`` runs, so
-    client commands such as ``ddmd gc`` start quickly)."""
-    from ddmd.cli_client import COMMANDS
+#: The control-API client commands (cheap to import, so registered now). The simulator is
+#: registered lazily (`_Group.lazy`: imported only when ``ddmd sim`` or ``--help`` runs, so
+#: client commands such as ``ddmd gc`` start quickly).
+COMMANDS: list[click.Command] = [*client.VM_COMMANDS, ports.ports, events.events]
 
-    for command in COMMANDS:
-        main.add_command(command)
-
-
-_register_subcommands()
+for _command in COMMANDS:
+    main.add_command(_command)

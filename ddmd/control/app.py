@@ -1,9 +1,11 @@
 """The control API: a plain Starlette ASGI app over the VM registry, served by hypercorn under trio.
 
-Layer: imports `registry`, `errors`, `ports` (the port book's plain logic) and plain value types
-from `protocol`, plus `heapimage` (heap pictures) and `web` (the page's static files); used by
-`daemon`. It reads the registry and asks VM handles for data; it keeps no state of its own (the
-port book it is given belongs to the daemon's `listeners.VmPorts`).
+Layer: imports `registry`, `errors`, `logs`, `netaddr`, `ports` (the port book's plain logic) and
+plain value types from `protocol`, plus `control.shapes` (JSON of stacks and heap images),
+`control.heapimage` (heap pictures) and `control.web` (the page's static files); used by
+`daemon`. It reads the registry and asks VM handles for data; it keeps no state of its own
+(the port book it is given belongs to the daemon's `listeners.VmPorts`). Host, Origin and
+token checks are `control.safety`'s middleware.
 
 Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
 and the sub-resource routes listed before the bare VM route)::
@@ -18,14 +20,14 @@ and the sub-resource routes listed before the bare VM route)::
     GET  /api/v1/vms/{target}/threads/{thread}/stack   {vm, thread_id, thread_name, frames}
     POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
     GET  /api/v1/vms/{target}/heap.png[?width=&height=&heap=]   the last dump drawn (image/png)
-    GET  /api/v1/heap/legend                        colours of heap.png (`ddmd.heapimage`)
+    GET  /api/v1/heap/legend                        colours of heap.png (`control.heapimage`)
     GET  /api/v1/ports                              {path, ports: [{key, device, app, port,
                                                     last_seen, in_use, vm}, ...]}
     DELETE /api/v1/ports/{app}[?device=SERIAL]      {forgotten: {...}}; 409 while connected
-    GET  /  and  /static/{name}                     the live web page (`ddmd.web`)
+    GET  /  and  /static/{name}                     the live web page (`control.web`)
 
-The daemon adds (``extra_routes``) ``GET /api/v1/events`` (server-sent events, `ddmd.events`)
-and ``GET /metrics`` (Prometheus text, `ddmd.metrics`).
+The daemon adds (``extra_routes``) ``GET /api/v1/events`` (server-sent events,
+`control.events`) and ``GET /metrics`` (Prometheus text, `control.metrics`).
 
 `target` is a VM id, a pid, an app or a package name, or a unique part of one, resolved by
 `VmRegistry.resolve`; the query parameter `device` narrows pid and name matches to one adb
@@ -34,7 +36,7 @@ routes is an entry's key ("DEVICE|NAME") or its app name (`PortBook.match`). The
 need the daemon's port book (`create_app(ports=...)`); without one they answer 501.
 
 Errors are `{"error": message, ...}` with a status that says what happened: 400 bad request,
-401 missing or wrong token, 404 unknown target, thread or app (with `candidates`), 409 ambiguous
+404 unknown target, thread or app (with `candidates`), 409 ambiguous
 target, thread or app (with `candidates`) or a port whose VM is connected (without), 410
 VmGone, 501 FeatureUnsupported, 502 DdmFailed (and any other VmRequestError), 504
 RequestTimedOut, 500 for anything unexpected (logged as `control.request_failed`; the server
@@ -43,7 +45,6 @@ keeps answering).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
@@ -62,9 +63,11 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
-from ddmd import __version__, heapimage, web
+from ddmd import __version__
+from ddmd.control import heapimage, web
+from ddmd.control.shapes import image_json, stack_json, threads_json
 from ddmd.errors import (
     DdmdError,
     FeatureUnsupported,
@@ -74,12 +77,12 @@ from ddmd.errors import (
     VmRequestError,
 )
 from ddmd.logs import Event, get_logger
+from ddmd.netaddr import host_port
 from ddmd.ports import PortBook, PortEntry
-from ddmd.protocol.ddm import StackFrame, StackTrace
-from ddmd.protocol.heap import HeapImage, HeapSummary, Kind, Segment, Solidity
-from ddmd.registry import VmHandle, VmRegistry, VmSnapshot, resolve_thread
+from ddmd.protocol.heap import Kind, Solidity
+from ddmd.registry import VmHandle, VmRegistry, resolve_thread
 
-__all__ = ["API_PREFIX", "BearerTokenMiddleware", "create_app", "serve"]
+__all__ = ["API_PREFIX", "create_app", "serve"]
 
 log = get_logger("ddmd.control")
 
@@ -129,75 +132,6 @@ def port_users(registry: VmRegistry, entries: list[PortEntry]) -> dict[str, str]
         if vm is not None:
             users[entry.key] = vm
     return users
-
-
-# --------------------------------------------------------------------------------------------------
-# JSON shapes
-
-
-def _threads_json(snapshot: VmSnapshot) -> list[dict[str, Any]] | None:
-    if snapshot.threads is None:
-        return None
-    return [t.to_json() for t in snapshot.threads]
-
-
-def _frame_json(frame: StackFrame) -> dict[str, Any]:
-    return {
-        "class_name": frame.class_name,
-        "method_name": frame.method_name,
-        "file_name": frame.file_name,
-        "line": frame.line,
-    }
-
-
-def _stack_json(trace: StackTrace) -> list[dict[str, Any]]:
-    return [_frame_json(f) for f in trace.frames]
-
-
-def _enum_name(value: int) -> str:
-    """`Kind.ARRAY_1` -> "array_1"; an undefined value (solidity 7) -> "7"."""
-    return value.name.lower() if isinstance(value, Kind | Solidity) else str(int(value))
-
-
-def _summary_json(summary: HeapSummary) -> dict[str, Any]:
-    return {
-        "heap_id": summary.heap_id,
-        "unit_size": summary.unit_size,
-        "segment_count": summary.segment_count,
-        "bytes_used": summary.bytes_used,
-        "bytes_free": summary.bytes_free,
-        "bytes_by_kind": {_enum_name(k): n for k, n in summary.bytes_by_kind},
-        "bytes_by_solidity": {_enum_name(s): n for s, n in summary.bytes_by_solidity},
-        "object_count": summary.object_count,
-        "largest_free_run": summary.largest_free_run,
-        "free_run_count": summary.free_run_count,
-        "fragmentation": summary.fragmentation,
-        "span": None if summary.span is None else list(summary.span),
-    }
-
-
-def _segment_json(segment: Segment) -> dict[str, Any]:
-    return {
-        "address": segment.address,
-        "end": segment.end,
-        "unit_size": segment.unit_size,
-        "units": segment.units,
-        "runs": [[r.address, r.units, int(r.kind), int(r.solidity)] for r in segment.runs()],
-    }
-
-
-def _image_json(image: HeapImage, *, segments: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "heap_id": image.heap_id,
-        "native": image.native,
-        "complete": image.complete,
-        "data_kind": None if image.data_kind is None else image.data_kind.name,
-        "summary": _summary_json(image.summary()),
-        "problems": [{"code": p.code.value, "message": p.message} for p in image.problems],
-    }
-    if segments:
-        out["segments"] = [_segment_json(s) for s in image.segments]
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -269,37 +203,6 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 
 # --------------------------------------------------------------------------------------------------
-# Authentication
-
-
-class BearerTokenMiddleware:
-    """Require `Authorization: Bearer TOKEN` on every HTTP request (pure ASGI middleware)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = b""
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    given = value
-                    break
-            if not hmac.compare_digest(given, self._expected):
-                message = (
-                    "wrong token in the Authorization header"
-                    if given
-                    else "this daemon requires 'Authorization: Bearer TOKEN' ([control] token)"
-                )
-                response = _error(401, message)
-                response.headers["WWW-Authenticate"] = 'Bearer realm="ddmd"'
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-# --------------------------------------------------------------------------------------------------
 # Endpoints
 
 
@@ -343,7 +246,7 @@ class _Api:
 
     async def vm(self, request: Request) -> Response:
         snapshot = self._resolve(request).snapshot()
-        return JSONResponse({"vm": snapshot.to_json(), "threads": _threads_json(snapshot)})
+        return JSONResponse({"vm": snapshot.to_json(), "threads": threads_json(snapshot)})
 
     async def threads(self, request: Request) -> Response:
         handle = self._resolve(request)
@@ -356,7 +259,7 @@ class _Api:
             # A VM without DDM may answer without error and still have no thread list.
             supported = snapshot.threads is not None
         return JSONResponse(
-            {"vm": snapshot.to_json(), "threads": _threads_json(snapshot), "supported": supported}
+            {"vm": snapshot.to_json(), "threads": threads_json(snapshot), "supported": supported}
         )
 
     async def heap(self, request: Request) -> Response:
@@ -367,7 +270,7 @@ class _Api:
         body: dict[str, Any] = {
             "vm": snapshot.to_json(),
             "heaps": [h.to_json() for h in snapshot.heaps],
-            "images": [_image_json(i, segments=segments) for i in images],
+            "images": [image_json(i, segments=segments) for i in images],
         }
         if segments:
             body["run_fields"] = list(RUN_FIELDS)
@@ -387,12 +290,12 @@ class _Api:
             {
                 "vm": snapshot.to_json(),
                 "heaps": [h.to_json() for h in snapshot.heaps],
-                "images": [_image_json(i, segments=False) for i in images],
+                "images": [image_json(i, segments=False) for i in images],
             }
         )
 
     async def heap_png(self, request: Request) -> Response:
-        """The last heap dump drawn by `ddmd.heapimage` (rendered in a worker thread)."""
+        """The last heap dump drawn by `control.heapimage` (rendered in a worker thread)."""
         handle = self._resolve(request)
         width = _int_param(
             request, "width", heapimage.DEFAULT_WIDTH, heapimage.MIN_WIDTH, heapimage.MAX_WIDTH
@@ -500,7 +403,7 @@ class _Api:
                 "vm": snapshot.to_json(),
                 "thread_id": thread_id,
                 "thread_name": names.get(thread_id),
-                "frames": _stack_json(trace),
+                "frames": stack_json(trace),
             }
         )
 
@@ -592,20 +495,19 @@ def _flag(request: Request, name: str) -> bool:
 def create_app(
     registry: VmRegistry,
     *,
-    token: str = "",
     version: str = __version__,
     middleware: Sequence[Middleware] = (),
     extra_routes: Sequence[BaseRoute] = (),
     ports: PortBookOwner | None = None,
     health: Mapping[str, Any] | None = None,
 ) -> Starlette:
-    """The control API over `registry`. A non-empty `token` makes every request need it.
+    """The control API over `registry`.
 
-    `middleware` runs outside the token check (first in the list is outermost), so later
-    browser-safety rules (Host/Origin checks) can reject a request before anything else.
-    `extra_routes` are served after the API's own (the daemon adds the event stream and
-    /metrics; the daemon's middleware, `ddmd.safety`, also checks its token). `health` adds
-    keys to ``GET /api/v1/health`` (which always has status, version, vms and pid).
+    `middleware` wraps every route (first in the list is outermost): the daemon passes
+    `control.safety.control_middleware`, which checks Host, Origin and the token before
+    anything else runs. `extra_routes` are served after the API's own (the daemon adds the
+    event stream and /metrics). `health` adds keys to ``GET /api/v1/health`` (which always has
+    status, version, vms and pid).
     """
     api = _Api(registry, version, ports)
     if health:
@@ -631,22 +533,15 @@ def create_app(
         *_page_routes(),
         *extra_routes,
     ]
-    stack = list(middleware)
-    if token:
-        stack.append(Middleware(BearerTokenMiddleware, token=token))
     return Starlette(
         routes=routes,
-        middleware=stack,
+        middleware=list(middleware),
         exception_handlers={HTTPException: _http_exception},
     )
 
 
 # --------------------------------------------------------------------------------------------------
 # Serving
-
-
-def _bind(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _parse_bound(bind: str) -> tuple[str, int]:
@@ -681,7 +576,7 @@ async def serve(
     the plain `OSError`, not wrapped in an exception group, so the daemon can name the port.
     """
     config = hypercorn.config.Config()
-    config.bind = [_bind(host, port)]
+    config.bind = [host_port(host, port)]
     config.accesslog = None
     # A Logger instance: hypercorn adds no handler of its own and the records go to the root
     # logger, which logs.configure() routes through structlog.

@@ -1,7 +1,7 @@
 """The event stream: a fan-out hub, the registry notices it carries, and `GET /api/v1/events`.
 
-Layer: imports registry and sse (and protocol.heap for a type); used by `daemon` (which creates
-the hub and subscribes it to the registry) and served through
+Layer: imports registry and `control.sse` (and protocol.heap for a type); used by `daemon`
+(which creates the hub and subscribes it to the registry) and served through
 `control.create_app(extra_routes=...)`. No actor or protocol code imports this module: nothing
 below the daemon knows the hub exists.
 
@@ -55,7 +55,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ddmd import sse
+from ddmd.control import sse
 from ddmd.protocol.heap import HeapImage
 from ddmd.registry import VmRegistry, VmSnapshot
 

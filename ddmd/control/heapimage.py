@@ -1,7 +1,7 @@
 """Heap bitmaps: one decoded `HeapImage` drawn as a PNG with Pillow (the DDMS heap view).
 
-Layer: beside ``control`` (imports ``protocol.heap`` and Pillow; no trio, no I/O, no logging).
-The control API calls :func:`render_png` in a worker thread and serves the bytes.
+Layer: imports ``protocol.heap`` and Pillow; no trio, no I/O, no logging. The control API
+(`control.app`) calls :func:`render_png` in a worker thread and serves the bytes.
 
 Layout. The heap's address span (lowest segment address to the highest segment end) is laid out
 row by row, left to right, ``width`` pixels a row. Each pixel stands for ``units_per_pixel``

@@ -1,11 +1,11 @@
 """`/metrics`: Prometheus text format through prometheus-client, read from live state at scrape
 time.
 
-Layer: imports registry and events (for types); used by `daemon`. No global registry: the daemon
-builds one ``CollectorRegistry`` per app with one `DaemonCollector`, which keeps no state of its
-own. Counters come from the VM actors' own counts (``bridge_statistics()``, ``statistics()``)
-plus ``RelayTotals``, where the supervisor adds the final counts of every VM that went away, so
-a counter never goes down when a VM disconnects.
+Layer: imports registry and `control.events` (for types); used by `daemon`. No global registry:
+the daemon builds one ``CollectorRegistry`` per app with one `DaemonCollector`, which keeps no
+state of its own. Counters come from the VM actors' own counts (``bridge_statistics()``,
+``statistics()``) plus ``RelayTotals``, where the supervisor adds the final counts of every VM
+that went away, so a counter never goes down when a VM disconnects.
 
 Metrics (all prefixed ``ddmd_``)::
 
@@ -36,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ddmd import __version__
-from ddmd.events import EventHub
+from ddmd.control.events import EventHub
 from ddmd.registry import VmRegistry
 
 __all__ = ["METRICS_PATH", "DaemonCollector", "RelayTotals", "make_registry", "metrics_route"]
@@ -52,7 +52,7 @@ class _TimeoutCounts(Protocol):
 
 
 class CountedVm(Protocol):
-    """What the collector reads of a VM actor (``ddmd.vm.VmActor``)."""
+    """What the collector reads of a VM actor (``ddmd.drive.vm.VmDriver``)."""
 
     def bridge_statistics(self) -> dict[str, int]: ...
 

@@ -1,7 +1,7 @@
 """Server-sent events on the wire: frames out (the daemon) and a line decoder in (`ddmd events`).
 
-Layer: standard library only, sans-I/O; imported by `events` (server side) and by `cli_client`
-(which must stay light, so it cannot import trio or starlette at start-up).
+Layer: standard library only, sans-I/O; imported by `control.events` (server side) and by
+`cli.events` (which must stay light, so it cannot import trio or starlette at start-up).
 
 One event is ``event: NAME`` plus one ``data: JSON`` line and a blank line. The JSON is
 written without newlines (``json.dumps`` escapes them inside strings), so one event is always

@@ -1,8 +1,13 @@
 """Discovery: finds VMs and hands their open JDWP connections to the supervisor.
 
-Layer: imports protocol/ and config; no registry writes. Each discoverer is an
-``async run(send_channel)`` loop that sends ``VmFound`` (with the connection already past its
-JDWP handshake: the probe *is* the VM's one connection) and ``VmLost``.
+Layer: this file imports trio (stream types) and `discovery.localproc`; the discoverers
+(`scan`, `adb`) import config, logs, netaddr and protocol/, never the registry. Each
+discoverer is an ``async run(send_channel)`` loop that sends ``VmFound`` (with the connection
+already past its JDWP handshake: the probe *is* the VM's one connection) and ``VmLost``.
+
+Modules: `scan` (the localhost port range), `adb` (Android devices) with `adbserver` (the adb
+server exchanges, the only adbutils user), `connect` (the JDWP handshake, closing, back-off
+both use), `localproc` (a local VM's pid and name from /proc).
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Workstation discovery: probe a localhost port range for JDWP listeners.
 
-Layer: imports protocol/ and config. Every ``interval`` seconds each port of the range that has
-no VM yet is tried: connect and JDWP handshake, each under a timeout. A successful probe's
+Layer: imports config, logs, netaddr, `discovery.connect` (handshake, closing, back-off) and
+`discovery.localproc`; used by `daemon`.
+
+Every ``interval`` seconds each port of the range that has no VM yet is tried: connect and
+JDWP handshake, each under a timeout. A successful probe's
 connection is handed over as the VM's connection (a plain JVM accepts only one). A port whose
 listener is not JDWP (wrong handshake, silence, reset) is backed off exponentially up to
 ``backoff_max`` and logged once, not at every scan. Refused connections are normal (nothing
@@ -27,9 +30,10 @@ import trio
 
 from ddmd.config import Config
 from ddmd.discovery import VmFound
+from ddmd.discovery.connect import NotJdwp, aclose_quietly, backoff, jdwp_handshake
 from ddmd.discovery.localproc import LocalProcess, find_listener
 from ddmd.logs import Event
-from ddmd.protocol.jdwp import HANDSHAKE
+from ddmd.netaddr import host_port
 
 log = structlog.get_logger("ddmd.scan")
 
@@ -39,10 +43,6 @@ PROCESS_LOOKUP_THREADS = 2  # /proc scans at once (each reads every process's fd
 
 # find_listener's signature: (host, port, *, client, give_up_at) -> the process or None.
 ProcessLookup = Callable[..., LocalProcess | None]
-
-
-class NotJdwp(Exception):
-    """The listener answered, but not with a JDWP handshake."""
 
 
 async def open_jdwp(host: str, port: int, config: Config) -> tuple[trio.abc.Stream, bytes]:
@@ -55,21 +55,11 @@ async def open_jdwp(host: str, port: int, config: Config) -> tuple[trio.abc.Stre
         stream = await trio.open_tcp_stream(host, port)
     try:
         with trio.fail_after(config.timeouts.handshake):
-            await stream.send_all(HANDSHAKE)
-            got = b""
-            while len(got) < len(HANDSHAKE):
-                data = await stream.receive_some(4096)
-                if not data:
-                    raise NotJdwp(f"closed after {len(got)} bytes of handshake")
-                got += data
-                if not HANDSHAKE.startswith(got[: len(HANDSHAKE)]):
-                    raise NotJdwp(f"answered {got[:32]!r} instead of the JDWP handshake")
+            leftover = await jdwp_handshake(stream)
     except BaseException:
-        with trio.move_on_after(1) as cleanup:
-            cleanup.shield = True
-            await stream.aclose()
+        await aclose_quietly(stream)
         raise
-    return stream, got[len(HANDSHAKE) :]
+    return stream, leftover
 
 
 @dataclass(slots=True)
@@ -153,14 +143,12 @@ class PortScanner:
         try:
             process = await self._local_process(stream, host, port)
         except BaseException:  # cancelled (the daemon stops): the probe's connection goes too
-            with trio.move_on_after(1) as cleanup:
-                cleanup.shield = True
-                await stream.aclose()
+            await aclose_quietly(stream)
             raise
         found = VmFound(
             vm_id=f"tcp:{port}",
             source="tcp",
-            address=f"{host}:{port}",
+            address=host_port(host, port),
             stream=stream,
             leftover=leftover,
             opener=reopen,
@@ -170,9 +158,7 @@ class PortScanner:
         try:
             await send.send(found)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            with trio.move_on_after(1) as cleanup:
-                cleanup.shield = True
-                await stream.aclose()
+            await aclose_quietly(stream)
 
     async def _local_process(
         self, stream: trio.abc.Stream, host: str, port: int
@@ -206,10 +192,7 @@ class PortScanner:
         if state.failures == 0:
             log.warning(Event.SCAN_PORT_NOT_JDWP, port=port, reason=why)
         state.failures += 1
-        delay = min(
-            self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max
-        )
-        state.next_try = trio.current_time() + delay
+        state.next_try = trio.current_time() + self._delay(state.failures)
 
     def vm_ended(self, port: int, *, protocol_error: bool, reason: str) -> None:
         """The supervisor reports how a VM found on ``port`` ended. A VM that broke the
@@ -224,10 +207,10 @@ class PortScanner:
         if state.failures == 0:
             log.warning(Event.SCAN_BACKOFF, port=port, reason=reason)
         state.failures += 1
-        delay = min(
-            self._config.scan.interval * (2 ** (state.failures - 1)), self._config.scan.backoff_max
-        )
-        state.next_try = trio.current_time() + delay
+        state.next_try = trio.current_time() + self._delay(state.failures)
+
+    def _delay(self, failures: int) -> float:
+        return backoff(failures, self._config.scan.interval, self._config.scan.backoff_max)
 
     def backoff_of(self, port: int) -> float | None:
         """Seconds until ``port`` is probed again, None when it is not backed off (tests)."""

@@ -445,10 +445,6 @@ class PacketDecoder:
         """Bytes received but not yet handed out."""
         return len(self._buf) - self._pos
 
-    @property
-    def in_streamed_packet(self) -> bool:
-        return self._remaining > 0
-
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes from the peer; empty bytes mean the peer closed its side."""
         if self._eof:

@@ -70,6 +70,10 @@ class _Debugger:
     peer: str
     decoder: PacketDecoder
     attached: bool = False
+    # While a packet is relayed to it in pieces nothing else may be written to it: what the
+    # router has for it meanwhile (a locally answered command, an event) waits here.
+    streaming: bool = False
+    deferred: list[bytes] = field(default_factory=list)
     packets_in: int = 0
     packets_out: int = 0
     bytes_in: int = 0
@@ -152,6 +156,14 @@ class Router:
 
     def debugger_count(self) -> int:
         return len(self._debuggers)
+
+    def waiting(self) -> tuple[int, ...]:
+        """Debuggers whose handshake is held until the VM connection is ready."""
+        return tuple(self._waiting)
+
+    def holders(self) -> list[tuple[str, str]]:
+        """(peer, via) of every debugger, attached or still in its handshake."""
+        return [(d.peer, d.via) for d in self._debuggers.values()]
 
     def peers(self) -> list[str]:
         """``PEER via PORT-KIND`` of every attached debugger."""
@@ -237,7 +249,7 @@ class Router:
         if debugger is None:
             return []
         data = encode(ReplyPacket(pending.original_id, packet.error_code, packet.data))
-        return [self._to_debugger(debugger, data)]
+        return self._send(debugger, data)
 
     def _vm_command(self, packet: CommandPacket) -> list[Command]:
         if packet.command_set == CommandSet.DDM:
@@ -245,7 +257,7 @@ class Router:
         attached = [d for d in self._debuggers.values() if d.attached]
         if attached:
             data = encode(packet)
-            return [self._to_debugger(d, data) for d in attached]
+            return [c for d in attached for c in self._send(d, data)]
         if _is_suspending_vm_start(packet):
             self._held_vm_start = encode(packet)
             return [Log("vm.start_held")]
@@ -264,6 +276,13 @@ class Router:
         self.bytes_to_debuggers += len(data)
         return SendToDebugger(debugger.id, data, more)
 
+    def _send(self, debugger: _Debugger, data: bytes) -> list[Command]:
+        """A whole packet for ``debugger``, or kept until its streamed packet has ended."""
+        if debugger.streaming:
+            debugger.deferred.append(data)
+            return []
+        return [self._to_debugger(debugger, data)]
+
     def _relay_start(self, header: PacketHeader) -> list[Command]:
         relay = self._relay = _Relay()
         if header.is_reply:
@@ -276,6 +295,7 @@ class Router:
                 if debugger is None:
                     return []
                 relay.debuggers = (debugger.id,)
+                debugger.streaming = True
                 data = encode_header(header.with_id(pending.original_id))
                 return [self._to_debugger(debugger, data, more=True)]
             relay.pending, relay.owner_header, relay.buffer = pending, header, bytearray()
@@ -285,6 +305,8 @@ class Router:
         attached = [d for d in self._debuggers.values() if d.attached]
         relay.debuggers = tuple(d.id for d in attached)
         data = encode_header(header)
+        for d in attached:
+            d.streaming = True
         return [self._to_debugger(d, data, more=True) for d in attached]
 
     def _relay_piece(self, piece: PacketPiece) -> list[Command]:
@@ -296,6 +318,10 @@ class Router:
             debugger = self._debuggers.get(number)
             if debugger is not None:
                 out.append(self._to_debugger(debugger, piece.data, more=not piece.last))
+                if piece.last:
+                    debugger.streaming = False
+                    deferred, debugger.deferred = debugger.deferred, []
+                    out += [self._to_debugger(debugger, d) for d in deferred]
         if relay.buffer is not None:
             relay.buffer += piece.data
         if piece.last:
@@ -387,7 +413,7 @@ class Router:
         ]
         held, self._held_vm_start = self._held_vm_start, None
         if held is not None:
-            out.append(self._to_debugger(debugger, held))
+            out += self._send(debugger, held)
         return out
 
     def _debugger_command(
@@ -397,13 +423,11 @@ class Router:
             if packet.command == VirtualMachineCommand.DISPOSE:
                 # Answered here: the release procedure, not the VM, drops the debugger's state.
                 reply = encode(ReplyPacket(packet.id, 0))
-                return [
-                    Log("debugger.dispose", fields={"debugger": debugger.id}),
-                    self._to_debugger(debugger, reply),
-                ], "VirtualMachine.Dispose"
+                out: list[Command] = [Log("debugger.dispose", fields={"debugger": debugger.id})]
+                return out + self._send(debugger, reply), "VirtualMachine.Dispose"
             if packet.command == VirtualMachineCommand.ID_SIZES and self._id_sizes is not None:
                 reply = encode(ReplyPacket(packet.id, 0, self._id_sizes))
-                return [self._to_debugger(debugger, reply)], None
+                return self._send(debugger, reply), None
         if not self.ready:
             return [], "the VM is not connected"
         vm_id = self.ids.allocate(

@@ -226,7 +226,7 @@ class VmSession:
             raise LocalProtocolError(f"VmSession cannot handle {item!r}")
         self._settle(now)
         self._poll(now)
-        self._schedule()
+        self._schedule(again=isinstance(item, Tick))
         self._out = []
         return out
 
@@ -270,6 +270,8 @@ class VmSession:
             return
         self._goto("closed")
         self._drop_own("the VM disconnected")
+        for debugger in self.router.attached():
+            self._log("debugger.detached", debugger=debugger, reason="the VM disconnected")
         for debugger in (*self.router.attached(), *self._waits):
             self._out.append(CloseDebugger(debugger, "the VM disconnected"))
         self._waits.clear()
@@ -337,12 +339,12 @@ class VmSession:
                 self._out.append(Changed())
             return []
         own.judgement = judgement = judge(packet)
+        if judgement.answer is Answer.MALFORMED:
+            self._log("ddm.chunk_malformed", "warning", feature=own.feature, error=judgement.reason)
         if own.purpose == "helo":
             self._hello_answered(judgement)
             return []
-        if judgement.answer is Answer.MALFORMED:
-            self._log("ddm.chunk_malformed", "warning", feature=own.feature, error=judgement.reason)
-        elif own.expect is Expect.QUIET and own.refused():
+        if own.expect is Expect.QUIET and own.refused():
             verb = "it refused" if judgement.answer is Answer.FAILED else "it answered"
             self._mark_unsupported(own.feature, f"{verb}: {judgement.reason}")
         elif own.expect is Expect.REPLY and judgement.answer is Answer.REFUSED:
@@ -408,7 +410,7 @@ class VmSession:
         self.model.ddm = True
         if judgement.answer is not Answer.DATA:
             self._log(
-                "vm.hello_failed", error=f"{self.name} sent a bad answer ({judgement.reason})"
+                "vm.hello_failed", error=f"{self.name} sent a malformed answer ({judgement.reason})"
             )
             self._identified()
             return
@@ -473,7 +475,7 @@ class VmSession:
         if needs is not None and self.model.features and needs not in self.model.features:
             self._mark_unsupported(feature, f"its feature list lacks {needs!r}")
             return "unsupported"
-        if self.state in ("closed", "connecting"):
+        if self.state in ("closed", "connecting", "reconnecting"):
             return "gone"
         return None
 
@@ -484,7 +486,7 @@ class VmSession:
         if isinstance(request, RefreshThreads):
             self._lease_until = now + self.settings.thread_lease
             if self.model.ddm and "THST" not in self.model.unsupported and self.router.ready:
-                if self._thst is None:
+                if self._thst is None or self._thst.done:
                     self._thst = self._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
                 pending.owns.append(self._thst)
             return
@@ -582,7 +584,7 @@ class VmSession:
 
     def _finish(self, pending: _Pending, now: float | None) -> None:
         self._calls.pop(pending.call, None)
-        if isinstance(pending.request, DumpHeap):
+        if isinstance(pending.request, DumpHeap) and pending.owns:  # owns: it turned them on
             self._segment_users -= 1
             if self._segment_users == 0 and self.router.ready and now is not None:
                 self._ask(ddm.HeapSegmentRequest(0, 0), "segments-off", "HPSG", now)
@@ -609,6 +611,7 @@ class VmSession:
         for debugger, deadline in list(self._waits.items()):
             if now >= deadline:
                 del self._waits[debugger]
+                self.router.debugger_left(debugger)  # closed here: no DebuggerLeft will follow
                 self._log(
                     "debugger.rejected",
                     "warning",
@@ -638,7 +641,9 @@ class VmSession:
         behind = now - self._next_poll
         self._next_poll += interval * (1 + int(behind // interval))
 
-    def _schedule(self) -> None:
+    def _schedule(self, *, again: bool = False) -> None:
+        """Ask for a Tick at the earliest deadline: when it changed, and after every Tick
+        (the driver forgets a wake-up once it has fired)."""
         times = [p.deadline for p in self._calls.values()]
         times += self._waits.values()
         deadline = self.router.ids.next_deadline()
@@ -647,7 +652,7 @@ class VmSession:
         if self._next_poll is not None:
             times.append(self._next_poll)
         wake = min(times) if times else None
-        if wake is not None and wake != self._wake:
+        if wake is not None and (wake != self._wake or again):
             self._out.append(WakeMeAt(wake))
         self._wake = wake
 
@@ -655,17 +660,22 @@ class VmSession:
 
     def _debugger_joins(self, item: DebuggerJoined, now: float) -> None:
         count = self.router.debugger_count()
-        if count >= self.settings.max_debuggers or self.state == "closed":
-            holders = ", ".join(self.router.peers()) or "none"
+        if self.state == "closed" or count >= self.settings.max_debuggers:
+            holders = self.router.holders()
+            if self.state == "closed":
+                reason = f"{self.vm_id} is gone"
+            elif self.settings.max_debuggers == 1:
+                reason = f"{self.vm_id} already has a debugger"
+            else:
+                reason = f"{self.vm_id} already has {count} debuggers ([debugger] max_per_vm)"
             self._log(
                 "debugger.rejected",
                 "warning",
                 peer=item.peer,
                 via=item.via,
-                reason=f"{self.vm_id} already has {count} debugger(s) ([debugger] max_per_vm)"
-                if self.state != "closed"
-                else f"{self.vm_id} is gone",
-                holder=holders,
+                reason=reason,
+                holder=", ".join(peer for peer, _ in holders) or None,
+                holder_via=", ".join(via for _, via in holders) or None,
             )
             self._out.append(CloseDebugger(item.debugger, "rejected"))
             return
@@ -705,6 +715,10 @@ class VmSession:
             self._goto("acknowledged")
             self._log("ddm.dbgd_acknowledged")
             self._out += self.router.connected_again()
+            for debugger in list(self._waits):
+                if debugger in self.router.attached():
+                    self._attached(debugger)
+            self._out.append(Changed())
             return
         # Closing the connection releases breakpoints and suspensions on every VM family.
         self._goto("no acknowledgement")

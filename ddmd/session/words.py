@@ -50,7 +50,8 @@ def missing_sentence(vm_name: str, feature: str, why: str, *, ddm: bool | None) 
     if feature == "HELO":
         return f"{vm_name} does not speak DDM (a plain JVM has none)"
     if ddm is False:
-        return f"{vm_name} does not speak DDM (a plain JVM has none), so it has no {words(feature)}"
+        lacks = _LACKS.get(feature, f"has no {words(feature)}")
+        return f"{vm_name} does not speak DDM (a plain JVM has none), so it {lacks}"
     lacks = _LACKS.get(feature, f"does not report {words(feature)}")
     return f"{vm_name} {lacks} ({why})" if why else f"{vm_name} {lacks}"
 

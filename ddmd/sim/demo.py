@@ -1,6 +1,7 @@
 """``ddmd demo``: the daemon plus three simulated VMs, for a first look without a device.
 
-Layer: beside daemon (it wires the simulator and the daemon into one trio run). The simulated
+Layer: imports daemon, config, errors and the simulator (`sim.config`, `sim.vm`): the one
+module of `ddmd.sim` that knows the daemon, wiring both into one trio run. The simulated
 VMs listen on free ports inside the configured scan range, so the daemon finds them exactly as
 it finds real VMs: an app on ART 9+ (the sim's default flavour: requests with nothing to say
 get no reply at all), a Dalvik-era app in the 2007 draft formats (empty replies), and an
@@ -21,7 +22,8 @@ import trio
 from ddmd import daemon
 from ddmd.config import Config, find_config_file
 from ddmd.errors import ConfigError
-from ddmd.sim import SimConfig, SimVm
+from ddmd.sim.config import SimConfig
+from ddmd.sim.vm import SimVm
 
 MAIL = "com.example.mail"
 

@@ -23,7 +23,7 @@ import trio.testing
 from structlog.testing import capture_logs
 
 from ddmd.config import Config, parse_config
-from ddmd.debugger import DIRECT_SEND_LIMIT
+from ddmd.drive.debugger import DIRECT_SEND_LIMIT
 from ddmd.errors import VmGone
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import RemoteProtocolError
@@ -38,7 +38,7 @@ from ddmd.protocol.jdwp import (
     encode_header,
 )
 from ddmd.registry import VmRegistry
-from ddmd.vm import VmActor
+from ddmd.drive.vm import VmDriver
 from tests.actors.fakepeers import (
     ID_SIZES_64,
     FakeDebugger,
@@ -98,7 +98,7 @@ class Bridge:
         self.lockstep = lockstep
         self.registry = VmRegistry()
         self.notices: list[tuple[str, str]] = []
-        self.actor = VmActor(
+        self.actor = VmDriver(
             vm_id=VM_ID,
             source="tcp",
             address="127.0.0.1:8000",
@@ -323,7 +323,7 @@ async def test_interleaved_requests_answered_in_random_order(seed: int, lockstep
                     lambda v: (
                         count("STKL") == n_stkl
                         and count(None) == n_dbg
-                        and count("THST") >= n_refresh
+                        and count("THST") >= min(n_refresh, 1)  # concurrent refreshes share one
                     )
                 )
                 in_flight = [p.id for p in vm.held]

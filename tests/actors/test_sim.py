@@ -26,7 +26,6 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from ddmd import demo
 from ddmd.config import load_config
 from ddmd.protocol.ddm import (
     AppName,
@@ -78,7 +77,7 @@ from ddmd.protocol.jdwp import (
     ReplyPacket,
     encode,
 )
-from ddmd.sim import PRE_INITIALIZED, SimConfig, SimVm, serve_many, sim_command
+from ddmd.sim import PRE_INITIALIZED, SimConfig, SimVm, demo, serve_many, sim_command
 
 CAP = 10  # seconds: absolute cap on every test body
 

@@ -15,15 +15,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddmd.discovery.adb import (
-    AdbMalformed,
-    AdbUnreachable,
-    DeviceLine,
-    _Records,
-    parse_devices,
-    parse_length,
-    parse_pids,
-)
+from ddmd.discovery.adbserver import AdbUnreachable, Records
+from ddmd.protocol.adbwire import AdbMalformed
 from ddmd.protocol.jdwp import CommandPacket, ReplyPacket
 from tests.actors.fakepeers import FakeDebugger
 from tests.actors.rawpeers import free_port, wait_until
@@ -63,50 +56,7 @@ def ids(vms: list[dict[str, Any]]) -> set[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Parsing (pure)
-
-
-def test_parse_device_lists_short_and_long():
-    devices, problems = parse_devices(
-        b"emulator-5554\tdevice\n"
-        b"R58M123ABC             device usb:1-1 product:beyond1 model:SM_G973F device:beyond1"
-        b" transport_id:3\n"
-        b"0123456789ABCDEF       no permissions (user in plugdev group); see [http://x/y]"
-        b" usb:1-2 transport_id:4\n"
-        b"192.168.1.7:5555\tunauthorized\n"
-        b"lonely\n"
-    )
-    assert devices == (
-        DeviceLine("emulator-5554", "device"),
-        DeviceLine("R58M123ABC", "device", "SM_G973F", "beyond1"),
-        DeviceLine("0123456789ABCDEF", "no permissions (user in plugdev group); see [http://x/y]"),
-        DeviceLine("192.168.1.7:5555", "unauthorized"),
-    )
-    assert len(problems) == 1
-    assert "lonely" in problems[0]
-
-
-def test_parse_pids_skips_what_is_not_a_pid():
-    assert parse_pids(b"") == ((), ())
-    assert parse_pids(b"1234\n99\n1234\n") == ((1234, 99), ())
-    assert parse_pids(b"12\nabc\n-5\n0\n\xd9\xa3\n99999999999\n34\n") == (
-        (12, 34),
-        ("abc", "-5", "0", "\u0663", "99999999999"),
-    )
-
-
-def test_parse_length():
-    assert parse_length(b"001a") == 26
-    assert parse_length(b"FFFF") == 65535
-    for bad in (b"zz12", b"+0a1", b" 12 ", b"12", b"0x1f"):
-        with pytest.raises(AdbMalformed):
-            parse_length(bad)
-
-
-@given(st.binary(max_size=300))
-def test_parsers_never_crash(data):
-    parse_devices(data)
-    parse_pids(data)
+# Records from a trio stream (the parsing itself: tests/protocol/test_adbwire.py)
 
 
 @settings(max_examples=200)  # each example runs trio streams; the framing is small
@@ -115,7 +65,7 @@ async def test_records_split_anywhere(payloads, data):
     wire = b"".join(record(p) for p in payloads)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=6)))
     send, receive = trio.testing.memory_stream_pair()
-    records = _Records(receive, 5.0)
+    records = Records(receive, 5.0)
     with trio.fail_after(5):
         start = 0
         for cut in [*cuts, len(wire)]:
@@ -131,7 +81,7 @@ async def test_records_split_anywhere(payloads, data):
 async def test_records_malformed_and_truncated():
     for wire, error in ((b"zz12abc", AdbMalformed), (b"0010abc", AdbUnreachable)):
         send, receive = trio.testing.memory_stream_pair()
-        records = _Records(receive, 5.0)
+        records = Records(receive, 5.0)
         with trio.fail_after(5):
             await send.send_all(wire)
             await send.aclose()

@@ -13,7 +13,9 @@ import trio
 from structlog.testing import capture_logs
 
 from ddmd import __version__
-from ddmd.control import create_app, serve
+from ddmd.config import ControlConfig
+from ddmd.control.app import create_app, serve
+from ddmd.control.safety import control_middleware
 from ddmd.errors import DdmFailed, RequestTimedOut, VmGone, VmRequestError
 from tests.contract import CLIENT_KEYS
 
@@ -413,7 +415,9 @@ async def test_snapshot_raising_gives_500(client, vms):
 
 @pytest.fixture
 async def token_client(vms) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_registry(*vms.values()), token="s3cret")
+    # The daemon's token check: control.safety, configured from [control] as `ddmd run` does.
+    token = control_middleware(ControlConfig(host="127.0.0.1", port=8710, token="s3cret"))
+    app = create_app(make_registry(*vms.values()), middleware=token)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as c:

@@ -13,20 +13,22 @@ import pytest
 import trio
 from click.testing import CliRunner, Result
 
-from ddmd import cli_client
-from ddmd.cli_client import (
-    COMMANDS,
+from ddmd.cli import client as cli_client
+from ddmd.cli.client import (
     EXIT_API_ERROR,
     EXIT_NO_DAEMON,
     EXIT_TARGET,
     clients,
-    format_frame,
     gc,
     heap,
     stack,
     threads,
 )
-from ddmd.control import create_app
+from ddmd.cli.format import format_frame
+from ddmd.cli.main import COMMANDS
+from ddmd.config import ControlConfig
+from ddmd.control.app import create_app
+from ddmd.control.safety import control_middleware
 from ddmd.registry import ThreadSnapshot
 from tests.contract import CLIENT_KEYS
 
@@ -47,7 +49,10 @@ def vms() -> dict[str, FakeVm]:
 
 
 def route_to_app(monkeypatch, vms: dict[str, FakeVm], *, token: str = "") -> None:
-    app = create_app(make_registry(*vms.values()), token=token)
+    # With a token: the daemon's own check (control.safety), configured as `ddmd run` does.
+    config = ControlConfig(host="127.0.0.1", port=8710, token=token)
+    middleware = control_middleware(config) if token else ()
+    app = create_app(make_registry(*vms.values()), middleware=middleware)
     monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.ASGITransport(app=app))
 
 
@@ -508,7 +513,7 @@ def test_token_from_config(tmp_path: Path, monkeypatch, vms):
     result = invoke(clients)
     assert result.exit_code == EXIT_API_ERROR
     [line] = result.stderr.splitlines()
-    assert line.startswith("ddmd clients: this daemon requires 'Authorization: Bearer TOKEN'")
+    assert line.startswith("ddmd clients: this daemon requires its token ([control] token)")
     assert "[control] token" in line
 
 

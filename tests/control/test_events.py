@@ -18,10 +18,12 @@ from click.testing import CliRunner, Result
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ddmd import cli_client
-from ddmd.cli_client import EXIT_API_ERROR, EXIT_NO_DAEMON, format_event
-from ddmd.control import create_app, serve
-from ddmd.events import (
+from ddmd.cli import client as cli_client
+from ddmd.cli import events as cli_events
+from ddmd.cli.client import EXIT_API_ERROR, EXIT_NO_DAEMON
+from ddmd.cli.format import format_event
+from ddmd.control.app import create_app, serve
+from ddmd.control.events import (
     EVENTS_PATH,
     EventHub,
     RegistryEvents,
@@ -29,9 +31,9 @@ from ddmd.events import (
     events_route,
     make_event,
 )
+from ddmd.control.sse import SseDecoder, event_frame
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
-from ddmd.sse import SseDecoder, event_frame
 from tests.actors.rawpeers import wait_until
 
 from .fakes import FakeVm, heap_image, make_registry, sample_heap_info, sample_threads
@@ -507,7 +509,7 @@ def canned_stream(monkeypatch, events: list[dict[str, Any]], *, status: int = 20
 
 
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli_client.events, list(args), catch_exceptions=False)
+    return CliRunner().invoke(cli_events.events, list(args), catch_exceptions=False)
 
 
 def test_events_human_lines(monkeypatch):
@@ -574,7 +576,7 @@ def test_events_ctrl_c_exits_0(monkeypatch):
     async def interrupted(*args: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_client, "_tail_events", interrupted)
+    monkeypatch.setattr(cli_events, "_tail_events", interrupted)
     result = invoke()
     assert result.exit_code == 0
 

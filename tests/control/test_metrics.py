@@ -12,9 +12,9 @@ import prometheus_client
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddmd.control import create_app
-from ddmd.events import EventHub
-from ddmd.metrics import DaemonCollector, RelayTotals, make_registry, metrics_route
+from ddmd.control.app import create_app
+from ddmd.control.events import EventHub
+from ddmd.control.metrics import DaemonCollector, RelayTotals, make_registry, metrics_route
 from ddmd.protocol.jdwp import CommandSet, ReplyPacket, VirtualMachineCommand, encode
 from tests.actors.fakepeers import FakeDebugger
 from tests.actors.rawpeers import free_port_range, monitor, wait_until

@@ -16,13 +16,15 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.applications import Starlette
 
-from ddmd import cli_client
-from ddmd.cli_client import EXIT_API_ERROR, EXIT_TARGET, format_ports, ports
+from ddmd.cli import client as cli_client
+from ddmd.cli.client import EXIT_API_ERROR, EXIT_TARGET
+from ddmd.cli.format import format_ports
+from ddmd.cli.ports import ports
 from ddmd.config import ControlConfig, PortRange
-from ddmd.control import create_app
+from ddmd.control.app import create_app
+from ddmd.control.safety import control_middleware
 from ddmd.listeners import VmPorts
 from ddmd.ports import PortBook
-from ddmd.safety import control_middleware
 
 from .fakes import FakeVm, make_registry, standard_vms
 

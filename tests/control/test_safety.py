@@ -1,4 +1,4 @@
-"""Browser-safety rules of the control API (ddmd.safety): Host, Origin, token."""
+"""Browser-safety rules of the control API (ddmd.control.safety): Host, Origin, token."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from ddmd.config import ControlConfig
-from ddmd.control import create_app
-from ddmd.safety import TOKEN_COOKIE, control_middleware, split_host, warn_if_exposed
+from ddmd.control.app import create_app
+from ddmd.control.safety import TOKEN_COOKIE, control_middleware, split_host, warn_if_exposed
 
 from .fakes import FakeVm, make_registry
 

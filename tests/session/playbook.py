@@ -8,9 +8,10 @@
 
 ``>>`` feeds an input, ``<<`` expects a command; the commands an input produces must follow it
 in the script, in order. ``Placeholder()`` matches any one value and remembers it. ``Log``
-commands are left out of the comparison unless ``logs=True``. A mismatch raises with both
-transcripts side by side, so the first differing line is easy to find. No event loop, no
-sockets, no clock: time is a value inside the inputs.
+commands are left out of the comparison unless ``logs=True``, and so are the command types
+listed in ``ignore``. A mismatch raises with both transcripts side by side, each line written
+by ``describe`` (``repr`` unless given), so the first differing line is easy to find. No event
+loop, no sockets, no clock: time is a value inside the inputs.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class Placeholder:
 def _matches(expected: Any, actual: Any) -> bool:
     if isinstance(expected, Placeholder):
         return expected.matches(actual)
+    if isinstance(expected, dict):  # a Log's fields, with a Placeholder for a value or two
+        return (
+            isinstance(actual, dict)
+            and expected.keys() == actual.keys()
+            and all(_matches(value, actual[key]) for key, value in expected.items())
+        )
     if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
         if type(expected) is not type(actual):
             return False
@@ -52,9 +59,18 @@ def _matches(expected: Any, actual: Any) -> bool:
 
 
 class Playbook:
-    def __init__(self, handle: Callable[[Any], Iterable[Any]], *, logs: bool = False) -> None:
+    def __init__(
+        self,
+        handle: Callable[[Any], Iterable[Any]],
+        *,
+        logs: bool = False,
+        ignore: tuple[type, ...] = (),
+        describe: Callable[[Any], str] = repr,
+    ) -> None:
         self.handle = handle
         self.logs = logs
+        self.ignore = ignore if logs else (*ignore, Log)
+        self.describe = describe
         self.script: list[tuple[str, Any]] = []
         self._played = 0  # inputs already fed in an earlier `assert playbook`
         self.actual: list[tuple[str, Any]] = []
@@ -73,7 +89,7 @@ class Playbook:
         for event in inputs[self._played :]:
             self.actual.append((">>", event))
             for command in self.handle(event):
-                if self.logs or not isinstance(command, Log):
+                if not isinstance(command, self.ignore):
                     self.actual.append(("<<", command))
         self._played = len(inputs)
         expected = self.script
@@ -91,11 +107,10 @@ class Playbook:
             e = self.script[i] if i < len(self.script) else ("", "")
             a = self.actual[i] if i < len(self.actual) else ("", "")
             mark = "  " if e[0] == a[0] and e[0] and _matches(e[1], a[1]) else "!!"
-            lines.append(f"{mark} {e[0]} {_short(e[1])}")
-            lines.append(f"   {' ' * len(e[0])} | {a[0]} {_short(a[1])}")
+            lines.append(f"{mark} {e[0]} {self._short(e[1])}")
+            lines.append(f"   {' ' * len(e[0])} | {a[0]} {self._short(a[1])}")
         return "\n".join(lines)
 
-
-def _short(item: Any, limit: int = 160) -> str:
-    text = repr(item)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    def _short(self, item: Any, limit: int = 160) -> str:
+        text = item if isinstance(item, str) else self.describe(item)
+        return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,4 +1,4 @@
-"""ddmd.heapimage: the heap bitmap PNG (layout, colours, legend, big heaps, odd images)."""
+"""ddmd.control.heapimage: the heap bitmap PNG (layout, colours, legend, big heaps, odd images)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from ddmd.heapimage import (
+from ddmd.control.heapimage import (
     BEYOND,
     FREE_RGB,
     GAP,

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from ddmd.control import create_app
-from ddmd.heapimage import FREE_RGB, legend
-from ddmd.web import ASSET_NAMES, load_assets
+from ddmd.control.app import create_app
+from ddmd.control.heapimage import FREE_RGB, legend
+from ddmd.control.web import ASSET_NAMES, load_assets
 from tests.control.fakes import HPSG_UNITS, FakeVm, heap_image, make_registry
 
 BASE = "http://127.0.0.1:8710"

@@ -1,6 +1,6 @@
 """The live web page served by the control API: three static files, no build step, no CDN.
 
-Layer: beside ``control`` (standard library only). ``control`` serves ``GET /`` and
+Layer: standard library only. `control.app` serves ``GET /`` and
 ``GET /static/{name}`` from :func:`load_assets`; the page talks to the JSON API of the same
 origin only (``fetch`` with relative URLs; an ``EventSource`` on ``/api/v1/events`` when the
 daemon has one, else polling). Text from VMs (app and thread names, stack frames) goes into
@@ -58,7 +58,7 @@ class Asset:
 
 def load_assets() -> dict[str, Asset]:
     """Read every page file once (the control app keeps them in memory)."""
-    folder = resources.files("ddmd.web").joinpath("static")
+    folder = resources.files("ddmd.control.web").joinpath("static")
     return {
         name: Asset(name, folder.joinpath(name).read_bytes(), media_type)
         for name, media_type in ASSET_NAMES.items()

@@ -20,7 +20,7 @@
 
   const REFRESH_DEBOUNCE_MS = 250;
 
-  // Event names of the daemon's stream (SSE `event:` fields, ddmd.events.StreamEvent);
+  // Event names of the daemon's stream (SSE `event:` fields, ddmd.control.events.StreamEvent);
   // unnamed messages are handled too, by the `event` field of their JSON data.
   const STREAM_EVENTS = [
     "stream.opened", "vm.found", "vm.gone", "vm.changed", "vm.renamed",

@@ -1,6 +1,8 @@
-"""ddmd's configuration: a TOML file read with `tomllib` into frozen dataclasses.
+"""ddmd's configuration read from TOML: a file read with `tomllib`, every key checked, into the
+frozen dataclasses of `config.schema`.
 
-Layer: imports only the standard library and `ddmd.errors`; used by `daemon` and `cli`.
+Layer: imports only the standard library, `config.schema` and `ddmd.errors`; used (through
+`ddmd.config`) by `daemon`, `cli` and the modules that take a `Config`.
 No environment reads at import, no logging, no sockets: the environment is read only inside
 `load_config`/`parse_config`/`Config.default`/`find_config_file`, through an `env` mapping that
 tests can replace.
@@ -15,321 +17,45 @@ repository root documents every key with its default; it loads to exactly `Confi
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import math
 import os
-import re
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
+from ddmd.config.schema import (
+    ADB_MODES,
+    DEFAULT_ADB_PORT,
+    DEFAULTS,
+    JDWP_HEADER_SIZE,
+    JDWP_MAX_LENGTH,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MAX_PORT,
+    MIN_PORT,
+    AdbConfig,
+    AdbMode,
+    Config,
+    ControlConfig,
+    DebuggerConfig,
+    LimitsConfig,
+    LogConfig,
+    LogFormat,
+    LogLevel,
+    MonitorConfig,
+    PortRange,
+    ScanConfig,
+    SecurityConfig,
+    TimeoutsConfig,
+    host_problem,
+    is_int,
+    is_loopback_host,
+)
 from ddmd.errors import ConfigError, ConfigProblems, format_key
 
-__all__ = [
-    "AdbConfig",
-    "Config",
-    "ControlConfig",
-    "DebuggerConfig",
-    "LimitsConfig",
-    "LogConfig",
-    "MonitorConfig",
-    "PortRange",
-    "ScanConfig",
-    "SecurityConfig",
-    "TimeoutsConfig",
-    "find_config_file",
-    "is_loopback_host",
-    "load_config",
-    "parse_config",
-]
-
-AdbMode = Literal["auto", "on", "off"]
-LogFormat = Literal["auto", "json", "console"]
-LogLevel = Literal["debug", "info", "warning", "error"]
-
-ADB_MODES: Final = ("auto", "on", "off")
-LOG_FORMATS: Final = ("auto", "json", "console")
-LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-
-#: Where adb's server listens unless ANDROID_ADB_SERVER_PORT says otherwise (adb's own rule).
-DEFAULT_ADB_PORT: Final = 5037
-#: A JDWP packet header is 11 bytes; its length field is an unsigned 32-bit number.
-_JDWP_HEADER_SIZE: Final = 11
-_JDWP_MAX_LENGTH: Final = 0xFFFF_FFFF
-
-# The defaults, written as they would be in TOML, so they go through the same checks as a file does.
-# config.example.toml repeats them (a test keeps the two equal). [adb] port is special: when the
-# file does not set it, ANDROID_ADB_SERVER_PORT (if set) wins over the 5037 below.
-_DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
-    {
-        "scan": MappingProxyType(
-            {
-                "enabled": True,
-                "host": "127.0.0.1",
-                "ports": "8000-8040",
-                "interval": 2.0,
-                "backoff_max": 60.0,
-            }
-        ),
-        "adb": MappingProxyType(
-            {"enabled": "auto", "host": "127.0.0.1", "port": DEFAULT_ADB_PORT, "path": "adb"}
-        ),
-        "debugger": MappingProxyType(
-            {
-                "host": "127.0.0.1",
-                "ports": "8600-8699",
-                "current_port": 8700,
-                "auto_select_waiting": True,
-                "state_file": "",
-                "queue_packets": 1024,
-                "relay_chunk_bytes": 1024 * 1024,
-                "forget_after_days": 30,
-            }
-        ),
-        "control": MappingProxyType({"host": "127.0.0.1", "port": 8710, "token": ""}),
-        "monitor": MappingProxyType(
-            {"thread_poll_interval": 0.5, "always_poll_threads": False, "heap_info": True}
-        ),
-        "timeouts": MappingProxyType(
-            {
-                "connect": 2.0,
-                "handshake": 2.0,
-                "ddm_request": 5.0,
-                "jdwp_request": 30.0,
-                "dbgd_ack": 1.0,
-                "reconnect": 10.0,
-                "adb": 5.0,
-                "shutdown_grace": 5.0,
-            }
-        ),
-        "limits": MappingProxyType(
-            {
-                "max_packet_bytes": 1024 * 1024 * 1024,
-                "max_inflated_bytes": 64 * 1024 * 1024,
-                "max_vms": 256,
-            }
-        ),
-        "log": MappingProxyType({"format": "auto", "level": "info"}),
-        "security": MappingProxyType({"allow_non_loopback": False}),
-    }
-)
-
-# --------------------------------------------------------------------------------------------------
-# Port ranges and hosts
-
-
-_MIN_PORT: Final = 1
-_MAX_PORT: Final = 65535
-_RANGE_RE: Final = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?", re.ASCII)
-
-
-def _is_int(value: object) -> bool:
-    # TOML booleans are Python bools, and bool is a subclass of int: `port = true` is not port 1.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True, slots=True)
-class PortRange:
-    """An inclusive range of TCP ports, from "A-B" or a single port number."""
-
-    start: int
-    end: int
-
-    def __post_init__(self) -> None:
-        for port in (self.start, self.end):
-            if not _is_int(port):
-                raise ValueError(f"port {port!r} is not an integer")
-            if not _MIN_PORT <= port <= _MAX_PORT:
-                raise ValueError(f"port {port} is outside {_MIN_PORT}-{_MAX_PORT}")
-        if self.start > self.end:
-            raise ValueError("start port is above end port")
-
-    @classmethod
-    def parse(cls, value: str | int) -> PortRange:
-        """Read "8000-8040", "8000" or 8000. Raises ValueError saying what is wrong."""
-        if _is_int(value):
-            port = cast("int", value)
-            return cls(port, port)
-        if not isinstance(value, str):
-            raise ValueError("expected a port range 'START-END' or a port number")
-        match = _RANGE_RE.fullmatch(value)
-        if match is None:
-            raise ValueError("expected a port range 'START-END' or a port number")
-        start = int(match.group(1))
-        end = int(match.group(2)) if match.group(2) is not None else start
-        return cls(start, end)
-
-    def __contains__(self, port: object) -> bool:
-        return _is_int(port) and self.start <= cast("int", port) <= self.end
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.start, self.end + 1))
-
-    def __len__(self) -> int:
-        return self.end - self.start + 1
-
-    def overlaps(self, other: PortRange) -> bool:
-        return self.start <= other.end and other.start <= self.end
-
-    def __str__(self) -> str:
-        return str(self.start) if self.start == self.end else f"{self.start}-{self.end}"
-
-
-_LABEL_RE: Final = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)", re.ASCII)
-
-
-def _host_problem(host: str) -> str | None:
-    """None when `host` is an IP address or a valid host name, else what is wrong with it."""
-    if host.startswith("[") and host.endswith("]"):
-        return "write IPv6 addresses without brackets"
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return None
-    name = host.removesuffix(".")
-    if not name or len(name) > 253:
-        return "not an IP address or host name"
-    labels = name.split(".")
-    if not all(_LABEL_RE.fullmatch(label) for label in labels):
-        return "not an IP address or host name"
-    if all(label.isdigit() for label in labels):
-        # "300.1.1.1" or "12345" would pass as names, but they are typos of addresses.
-        return "not a valid IP address"
-    return None
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1, ::ffff:127.x and the names localhost and *.localhost."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        name = host.removesuffix(".").lower()
-        return name == "localhost" or name.endswith(".localhost")
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
-
-
-# --------------------------------------------------------------------------------------------------
-# The dataclasses
-
-
-@dataclass(frozen=True, slots=True)
-class ScanConfig:
-    """[scan]: probe local TCP ports for JDWP listeners (plain JVMs started with -agentlib:jdwp)."""
-
-    enabled: bool
-    host: str
-    ports: PortRange
-    interval: float
-    backoff_max: float
-
-
-@dataclass(frozen=True, slots=True)
-class AdbConfig:
-    """[adb]: find debuggable VMs on Android devices through an adb server."""
-
-    enabled: AdbMode
-    host: str
-    port: int
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class DebuggerConfig:
-    """[debugger]: where debuggers connect. `state_file` is already resolved to a path."""
-
-    host: str
-    ports: PortRange
-    current_port: int
-    auto_select_waiting: bool
-    state_file: Path
-    queue_packets: int
-    relay_chunk_bytes: int
-    forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
-
-
-@dataclass(frozen=True, slots=True)
-class ControlConfig:
-    """[control]: the HTTP control API. An empty token means no token is required."""
-
-    host: str
-    port: int
-    token: str
-
-
-@dataclass(frozen=True, slots=True)
-class MonitorConfig:
-    """[monitor]: what ddmd asks DDM VMs for on its own."""
-
-    thread_poll_interval: float
-    always_poll_threads: bool
-    heap_info: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TimeoutsConfig:
-    """[timeouts]: every network wait's deadline, in seconds (httpx Timeout shape)."""
-
-    connect: float
-    handshake: float
-    ddm_request: float
-    jdwp_request: float
-    dbgd_ack: float
-    reconnect: float
-    adb: float
-    shutdown_grace: float
-
-
-@dataclass(frozen=True, slots=True)
-class LimitsConfig:
-    """[limits]: caps on sizes and counts."""
-
-    max_packet_bytes: int
-    max_inflated_bytes: int
-    max_vms: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """[log]: output format and minimum level (the CLI's options override these)."""
-
-    format: LogFormat
-    level: LogLevel
-
-
-@dataclass(frozen=True, slots=True)
-class SecurityConfig:
-    """[security]: allow_non_loopback must be true for a listening host that is not loopback."""
-
-    allow_non_loopback: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    """The whole configuration. `source` (the file it came from) takes no part in equality."""
-
-    scan: ScanConfig
-    adb: AdbConfig
-    debugger: DebuggerConfig
-    control: ControlConfig
-    monitor: MonitorConfig
-    timeouts: TimeoutsConfig
-    limits: LimitsConfig
-    log: LogConfig
-    security: SecurityConfig
-    source: str | None = field(default=None, compare=False)
-
-    @classmethod
-    def default(cls, *, env: Mapping[str, str] | None = None) -> Config:
-        """The built-in defaults; `env` (default: os.environ, read now) fills env-dependent ones."""
-        return parse_config({}, source="<defaults>", env=env)
+__all__ = ["find_config_file", "load_config", "parse_config"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -379,7 +105,7 @@ class _Section:
         self.name = name
         self.table = table
         self.source = source
-        self.defaults = _DEFAULTS[name]
+        self.defaults = DEFAULTS[name]
         self.problems = problems
         self._failed: set[str] = set()
 
@@ -447,7 +173,7 @@ class _Section:
 
     def integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int:
         value = self.raw(key)
-        if not _is_int(value):
+        if not is_int(value):
             raise self.error(key, f"expected an integer, got {_toml_type(value)}", value)
         number = cast("int", value)
         if number < minimum or (maximum is not None and number > maximum):
@@ -457,7 +183,7 @@ class _Section:
 
     def seconds(self, key: str) -> float:
         value = self.raw(key)
-        if not (_is_int(value) or isinstance(value, float)):
+        if not (is_int(value) or isinstance(value, float)):
             raise self.error(key, f"expected a number of seconds, got {_toml_type(value)}", value)
         try:
             number = float(cast("float", value))
@@ -469,15 +195,15 @@ class _Section:
 
     def port(self, key: str) -> int:
         value = self.raw(key)
-        if not _is_int(value):
+        if not is_int(value):
             raise self.error(key, f"expected a port number, got {_toml_type(value)}", value)
-        if not _MIN_PORT <= cast("int", value) <= _MAX_PORT:
-            raise self.error(key, f"port must be between {_MIN_PORT} and {_MAX_PORT}", value)
+        if not MIN_PORT <= cast("int", value) <= MAX_PORT:
+            raise self.error(key, f"port must be between {MIN_PORT} and {MAX_PORT}", value)
         return cast("int", value)
 
     def port_range(self, key: str) -> PortRange:
         value = self.raw(key)
-        if not (_is_int(value) or isinstance(value, str)):
+        if not (is_int(value) or isinstance(value, str)):
             raise self.error(
                 key, f"expected 'START-END' or a port number, got {_toml_type(value)}", value
             )
@@ -488,7 +214,7 @@ class _Section:
 
     def host(self, key: str) -> str:
         value = self.text(key, allow_empty=False)
-        problem = _host_problem(value)
+        problem = host_problem(value)
         if problem is not None:
             raise self.error(key, problem, value)
         return value
@@ -539,7 +265,7 @@ def _adb_port(section: _Section, env: Mapping[str, str]) -> int:
     if not raw:
         return section.get(section.port, "port")
     port = int(raw) if raw.isascii() and raw.isdigit() else -1
-    if not _MIN_PORT <= port <= _MAX_PORT:
+    if not MIN_PORT <= port <= MAX_PORT:
         section.report(
             section.error(
                 "port",
@@ -575,10 +301,10 @@ def parse_config(
         raise ConfigError(f"expected a table at the top level, got {_toml_type(data)}", path=source)
 
     problems: list[ConfigError] = []
-    sections = tuple(_DEFAULTS)
+    sections = tuple(DEFAULTS)
     tables: dict[str, Mapping[str, object]] = {}
     for name, table in data.items():
-        if name in _DEFAULTS:
+        if name in DEFAULTS:
             if isinstance(table, Mapping):
                 tables[name] = table
             else:
@@ -591,7 +317,7 @@ def parse_config(
                     )
                 )
             continue
-        holders = [s for s in sections if name in _DEFAULTS[s]]
+        holders = [s for s in sections if name in DEFAULTS[s]]
         if holders and not isinstance(table, Mapping):
             hint = " or ".join(format_key(f"{s}.{name}") for s in holders)
             message = f"keys belong in a section; did you mean {hint}?"
@@ -676,12 +402,12 @@ def parse_config(
     )
 
     t = sec["timeouts"]
-    timeouts = TimeoutsConfig(**{key: t.get(t.seconds, key) for key in _DEFAULTS["timeouts"]})
+    timeouts = TimeoutsConfig(**{key: t.get(t.seconds, key) for key in DEFAULTS["timeouts"]})
 
     li = sec["limits"]
     limits = LimitsConfig(
         max_packet_bytes=li.get(
-            li.integer, "max_packet_bytes", minimum=_JDWP_HEADER_SIZE, maximum=_JDWP_MAX_LENGTH
+            li.integer, "max_packet_bytes", minimum=JDWP_HEADER_SIZE, maximum=JDWP_MAX_LENGTH
         ),
         max_inflated_bytes=li.get(li.integer, "max_inflated_bytes", minimum=1),
         max_vms=li.get(li.integer, "max_vms", minimum=1),

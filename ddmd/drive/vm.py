@@ -1,0 +1,608 @@
+"""VmDriver: the trio side of one VM. It reads sockets, feeds the sans-IO ``VmSession``, carries
+out the commands it returns, and keeps time for it.
+
+Layer: trio, structlog, config, registry, errors, logs, ``ddmd.session`` and ``ddmd.drive``;
+no chunk parsing and no protocol decision here (mitmproxy's ``server_event``: ask the session,
+then act, with no ``await`` in between).
+
+Tasks, all in the driver's nursery (one subtree per VM):
+
+    VM reader ──VmBytes──▶ session ──SendToDebugger──▶ that debugger's outbox, written at once
+    debugger reader (each) ──DebuggerBytes──▶ session ──SendToVm──▶ the VM outbox, written at once
+    timer ──Tick at the time the session asked (WakeMeAt)──▶ session
+    API call ──Call──▶ session ──Resolve/Reject──▶ the waiting caller
+
+A caller that gives up (cancelled) never touches a socket: its call stays data in the session
+until its deadline. Only a write that may have sent part of a packet breaks a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from ddmd.config import Config
+from ddmd.discovery import Opener
+from ddmd.discovery.localproc import LocalProcess
+from ddmd.drive.debugger import (
+    DIRECT_SEND_LIMIT,
+    SLOW_CONSUMER,
+    DebuggerConnection,
+    Outbox,
+    OutboxBroken,
+)
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
+from ddmd.listeners import VmPorts, accept_loop, close_with_reason
+from ddmd.logs import Event
+from ddmd.protocol.ddm import StackTrace
+from ddmd.protocol.errors import RemoteProtocolError
+from ddmd.protocol.heap import HeapImage
+from ddmd.registry import GcOutcome, VmRegistry, VmSnapshot
+from ddmd.session.commands import (
+    Changed,
+    CloseDebugger,
+    Command,
+    Log,
+    Reconnect,
+    Reject,
+    Resolve,
+    SelectMe,
+    SendToDebugger,
+    SendToVm,
+    WakeMeAt,
+)
+from ddmd.session.inputs import (
+    Call,
+    CauseGc,
+    DebuggerBytes,
+    DebuggerJoined,
+    DebuggerLeft,
+    DumpHeap,
+    GetStack,
+    Input,
+    RefreshThreads,
+    Request,
+    Tick,
+    VmBytes,
+    VmClosed,
+    VmConnected,
+)
+from ddmd.session.vm import SessionSettings, VmSession
+
+log = structlog.get_logger("ddmd.vm")
+
+RECEIVE_SIZE = 65536
+#: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
+#: packet wait here while the debugger reads the ones before).
+DEBUGGER_BUDGET = 4 << 20
+
+_ERRORS: dict[str, type[Exception]] = {
+    "unsupported": FeatureUnsupported,
+    "timed_out": RequestTimedOut,
+    "failed": DdmFailed,
+    "gone": VmGone,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VmStatistics:
+    packets_in: int
+    packets_out: int
+    bytes_in: int
+    bytes_out: int
+    requests_timed_out: int
+    outstanding: int
+
+
+@dataclass(slots=True, eq=False)
+class _CallWaiter:
+    event: trio.Event
+    value: Any = None
+    error: Exception | None = None
+
+
+def settings_from(config: Config) -> SessionSettings:
+    return SessionSettings(
+        ddm_request=config.timeouts.ddm_request,
+        dbgd_ack=config.timeouts.dbgd_ack,
+        reconnect=config.timeouts.reconnect,
+        thread_poll_interval=config.monitor.thread_poll_interval,
+        always_poll_threads=config.monitor.always_poll_threads,
+        heap_info=config.monitor.heap_info,
+        auto_select_waiting=config.debugger.auto_select_waiting,
+        max_packet=config.limits.max_packet_bytes,
+        stream_threshold=config.debugger.relay_chunk_bytes,
+        max_inflated=config.limits.max_inflated_bytes,
+        max_debuggers=getattr(config.debugger, "max_per_vm", 1),
+        poll_phase=random.random(),
+    )
+
+
+class VmDriver:
+    """The one owner of a VM's connections. Serves ``VmHandle`` to the registry and the API."""
+
+    def __init__(
+        self,
+        *,
+        vm_id: str,
+        source: str,
+        address: str,
+        config: Config,
+        registry: VmRegistry,
+        device: str | None = None,
+        expected_pid: int | None = None,
+        ports: VmPorts | None = None,
+        process: LocalProcess | None = None,
+    ) -> None:
+        self._vm_id = vm_id
+        self._config = config
+        self._registry = registry
+        self._ports = ports
+        self._session = VmSession(
+            vm_id,
+            source=source,
+            address=address,
+            device=device,
+            expected_pid=expected_pid,
+            process_pid=process.pid if process is not None else None,
+            process_name=process.name if process is not None else None,
+            settings=settings_from(config),
+        )
+        self._log = log.bind(vm=vm_id)
+        self._nursery: trio.Nursery | None = None
+        self._vm: Outbox | None = None
+        self._conn_scope: trio.CancelScope | None = None
+        self._reconnect = False
+        self._closed_reason: str | None = None
+        self._debuggers: dict[int, DebuggerConnection] = {}
+        self._numbers = itertools.count(1)
+        self._calls: dict[int, _CallWaiter] = {}
+        self._call_ids = itertools.count(1)
+        self._wake_at = math.inf
+        self._timer_changed = trio.Event()
+        self._dirty: list[Outbox] = []
+        self._port_key: str | None = None
+        self._debugger_port: int | None = None
+        self._packets_in = 0
+        self._bytes_in = 0
+        self._timeouts = 0
+        self._slow_debuggers = 0
+
+    # ------------------------------------------------------------------ VmHandle, sync
+
+    @property
+    def vm_id(self) -> str:
+        return self._vm_id
+
+    def snapshot(self) -> VmSnapshot:
+        return self._session.snapshot(
+            current=self._registry.is_current(self._vm_id), debugger_port=self._debugger_port
+        )
+
+    def selection_key(self) -> str | None:
+        return self._session.selection_key()
+
+    def cached_id_sizes(self) -> bytes | None:
+        return self._session.router.cached_id_sizes()
+
+    def last_heap_images(self) -> tuple[HeapImage, ...]:
+        return self._session.model.heap_images
+
+    def statistics(self) -> VmStatistics:
+        r = self._session.router.statistics()
+        return VmStatistics(
+            self._packets_in,
+            r.packets_to_vm,
+            self._bytes_in,
+            r.bytes_to_vm,
+            self._timeouts,
+            r.outstanding,
+        )
+
+    def bridge_statistics(self) -> dict[str, int]:
+        r = self._session.router.statistics()
+        return {
+            "packets_to_vm": r.packets_to_vm,
+            "packets_to_debugger": r.packets_to_debuggers,
+            "bytes_to_vm": r.bytes_to_vm,
+            "bytes_to_debugger": r.bytes_to_debuggers,
+            "reconnects": self._session.reconnects,
+            "slow_debuggers": self._slow_debuggers,
+        }
+
+    # ------------------------------------------------------------------ VmHandle, calls
+
+    async def refresh_threads(self) -> VmSnapshot:
+        with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed):
+            await self._ask(RefreshThreads())
+        return self.snapshot()
+
+    async def cause_gc(self) -> GcOutcome:
+        outcome = await self._ask(CauseGc())
+        assert isinstance(outcome, GcOutcome)
+        return outcome
+
+    async def stack_trace(self, thread_id: int) -> StackTrace:
+        trace = await self._ask(GetStack(thread_id))
+        assert isinstance(trace, StackTrace)
+        return trace
+
+    async def heap_segments(self) -> tuple[HeapImage, ...]:
+        images = await self._ask(DumpHeap())
+        assert isinstance(images, tuple)
+        return images
+
+    async def _ask(self, request: Request) -> object:
+        """One API call: fed to the session; its answer comes with a later input (a reply, a
+        push, a Tick at the call's deadline). A caller that is cancelled leaves the call to
+        expire in the session; it never writes to a socket itself."""
+        number = next(self._call_ids)
+        waiter = _CallWaiter(trio.Event())
+        self._calls[number] = waiter
+        try:
+            self._feed(Call(number, request))
+            if self._dirty and self._nursery is not None:
+                self._nursery.start_soon(self._flush)  # written by a task of the driver's own
+            await waiter.event.wait()
+        finally:
+            self._calls.pop(number, None)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.value
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(
+        self,
+        stream: trio.abc.Stream,
+        leftover: bytes = b"",
+        opener: Opener | None = None,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> str:
+        """Serve the VM until its connection ends for good; returns the reason. After a
+        debugger leaves, the connection may be reopened with ``opener`` (the session asks for
+        it) so the VM drops the debugger's state; the VM keeps its id and port."""
+        with structlog.contextvars.bound_contextvars(vm=self._vm_id):
+            self._registry.add(self)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._timer)
+                    task_status.started()
+                    reason = await self._connection(stream, leftover)
+                    while self._reconnect:
+                        self._reconnect = False
+                        reopened = await self._reopen(opener) if opener is not None else None
+                        if reopened is None:
+                            reason = "reconnect failed"
+                            self._close_session(reason)
+                            break
+                        reason = await self._connection(*reopened)
+                    for debugger in list(self._debuggers.values()):
+                        await self._close_debugger(debugger, "the VM disconnected")
+                    nursery.cancel_scope.cancel()
+                return reason
+            finally:
+                self._nursery = None
+                for waiter in self._calls.values():
+                    if not waiter.event.is_set():
+                        waiter.error = VmGone(f"{self._vm_id} is gone")
+                        waiter.event.set()
+                self._registry.remove(self._vm_id)
+
+    async def _reopen(self, opener: Opener) -> tuple[trio.abc.Stream, bytes] | None:
+        delay = 0.01
+        last_error = ""
+        with trio.move_on_after(self._config.timeouts.reconnect):
+            while True:
+                try:
+                    return await opener()
+                except Exception as exc:  # any failure to reopen: try again until the deadline
+                    last_error = str(exc) or type(exc).__name__
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        self._log.warning(Event.VM_RECONNECT_FAILED, error=last_error)
+        return None
+
+    async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
+        """One VM connection, from its first byte to its end."""
+        self._vm = Outbox(stream, budget=1 << 62, limit=self._config.timeouts.jdwp_request)
+        self._log.info(
+            Event.VM_CONNECTED, address=self._session.address, source=self._session.source
+        )
+        reason = "closed"
+        try:
+            with trio.CancelScope() as self._conn_scope:
+                broken = self._feed_vm(VmConnected(trio.current_time(), leftover))
+                self._session.connected_at = time.time()
+                await self._flush(reads=self._vm)
+                reason = broken or await self._read(stream)
+            if self._vm.broken is not None:
+                reason = "a send to the VM failed or was interrupted"
+            if self._reconnect:
+                reason = "recycled after the debugger left"
+        finally:
+            self._conn_scope = None
+            if not self._reconnect:
+                self._close_session(reason)  # also when the daemon stops (cancelled)
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+        return reason
+
+    def _close_session(self, reason: str) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+            self._feed(VmClosed(reason))
+
+    async def _read(self, stream: trio.abc.Stream) -> str:
+        while True:
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                return f"connection error: {exc}"
+            if not data:
+                # The decoder tells a clean end from one in the middle of a packet.
+                return self._feed_vm(VmBytes(b"")) or "eof"
+            self._packets_in += 1
+            self._bytes_in += len(data)
+            broken = self._feed_vm(VmBytes(bytes(data)))
+            if self._dirty:
+                await self._flush(reads=self._vm)
+            if broken is not None:
+                return broken
+
+    def _feed_vm(self, item: VmConnected | VmBytes) -> str | None:
+        """Feed bytes from the VM; a broken packet header ends the connection (returns why)."""
+        try:
+            self._feed(item)
+        except RemoteProtocolError as exc:
+            self._log.warning(Event.VM_PROTOCOL_ERROR, error=str(exc))
+            return f"protocol error: {exc}"
+        return None
+
+    async def _timer(self) -> None:
+        while True:
+            changed = self._timer_changed
+            with trio.move_on_at(self._wake_at):
+                await changed.wait()
+            if changed.is_set():
+                self._timer_changed = trio.Event()
+                continue
+            self._wake_at = math.inf  # the session asks again (WakeMeAt) after every Tick
+            self._feed(Tick(trio.current_time()))
+            if self._dirty:
+                await self._flush()
+
+    # ------------------------------------------------------------------ ask, then act
+
+    def _feed(self, item: Input) -> None:
+        """Hand one input to the session and carry out its commands (no await in between:
+        writes are queued in order here and written by ``_flush``)."""
+        for command in self._session.handle(item, trio.current_time()):
+            self._act(command)
+
+    def _act(self, command: Command) -> None:
+        if isinstance(command, SendToDebugger):
+            debugger = self._debuggers.get(command.debugger)
+            if debugger is None or debugger.gone:
+                return
+            if not debugger.outbox.put(command.data):
+                self._drop_slow(debugger)
+                return
+            self._dirty.append(debugger.outbox)
+        elif isinstance(command, SendToVm):
+            if self._vm is not None:
+                self._vm.put(command.data)
+                self._dirty.append(self._vm)
+        elif isinstance(command, Log):
+            if command.event == Event.DDM_REQUEST_TIMED_OUT:
+                self._timeouts += 1
+            if command.event == Event.DEBUGGER_DETACHED:
+                self._add_debugger_fields(command)
+            self._log.log(_LEVELS.get(command.level, 20), command.event, **command.fields)
+        elif isinstance(command, Changed):
+            if command.renamed:
+                self._registry.key_changed(self._vm_id)
+                self._maybe_listen()
+            else:
+                self._registry.changed(self._vm_id)
+        elif isinstance(command, WakeMeAt):
+            self._wake_at = command.when
+            self._timer_changed.set()
+        elif isinstance(command, Resolve | Reject):
+            waiter = self._calls.get(command.call)
+            if waiter is not None and not waiter.event.is_set():
+                if isinstance(command, Resolve):
+                    waiter.value = command.value
+                else:
+                    waiter.error = _ERRORS[command.kind](command.message)
+                waiter.event.set()
+        elif isinstance(command, CloseDebugger):
+            debugger = self._debuggers.get(command.debugger)
+            if debugger is not None:
+                debugger.gone = True
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._close_debugger, debugger, command.reason)
+        elif isinstance(command, SelectMe):
+            self._registry.select(self._vm_id, reason=command.reason)
+        elif isinstance(command, Reconnect):
+            self._reconnect = True
+            if self._conn_scope is not None:
+                self._conn_scope.cancel()
+        else:
+            raise RuntimeError(f"the VM driver cannot carry out {command!r}")
+
+    def _add_debugger_fields(self, command: Log) -> None:
+        debugger = self._debuggers.get(int(command.fields.get("debugger", 0)))
+        if debugger is not None:
+            command.fields.update(peer=debugger.peer, via=debugger.via, port=debugger.port)
+
+    async def _flush(self, *, reads: Outbox | None = None) -> None:
+        """Write every outbox that got bytes, in the order they got them. ``reads``: the
+        outbox of the stream this task reads; it is written by a task of its own, so a peer
+        that writes to us while we write to it can never deadlock the two of us."""
+        while self._dirty:
+            outbox = self._dirty.pop(0)
+            if outbox is reads and self._nursery is not None:
+                if not outbox.busy and outbox.queue:
+                    self._nursery.start_soon(self._flush_later, outbox)
+            elif outbox is self._vm:
+                await self._flush_vm(outbox)
+            else:
+                debugger = outbox.owner
+                if isinstance(debugger, DebuggerConnection) and not outbox.busy:
+                    try:
+                        await outbox.flush(limit=self._debugger_limit(outbox))
+                    except OutboxBroken as exc:
+                        if str(exc) == SLOW_CONSUMER:
+                            self._drop_slow(debugger, waited=self._debugger_limit(outbox))
+                        else:
+                            self._leave(debugger, str(exc))
+
+    async def _flush_later(self, outbox: Outbox) -> None:
+        self._dirty.append(outbox)
+        await self._flush()
+
+    def _debugger_limit(self, outbox: Outbox) -> float:
+        # A packet relayed in pieces may take as long as a JDWP request; single packets are
+        # written at once or the debugger has stopped reading.
+        return DIRECT_SEND_LIMIT if outbox.queued < (1 << 20) else outbox.limit
+
+    async def _flush_vm(self, outbox: Outbox) -> None:
+        # Shielded: a debugger whose reader is cancelled mid-write must not cut a VM packet in
+        # half. Bounded by [timeouts] jdwp_request all the same.
+        with trio.CancelScope(shield=True):
+            try:
+                await outbox.flush()
+            except OutboxBroken:
+                self._log.warning(Event.VM_SEND_FAILED)
+                if self._conn_scope is not None:
+                    self._conn_scope.cancel()
+
+    # ------------------------------------------------------------------ debuggers
+
+    def adopt_debugger(self, stream: trio.abc.Stream, peer: str, *, via: str) -> None:
+        """Take an accepted debugger connection (sync; the driver runs it)."""
+        nursery = self._nursery
+        if nursery is None:
+            trio.lowlevel.spawn_system_task(close_with_reason, stream)
+            return
+        number = next(self._numbers)
+        port = self._debugger_port if via == "vm-port" else self._config.debugger.current_port
+        outbox = Outbox(
+            stream,
+            budget=DEBUGGER_BUDGET,
+            limit=self._config.timeouts.jdwp_request,
+            max_packets=self._config.debugger.queue_packets,
+        )
+        debugger = DebuggerConnection(number, stream, peer, via, port, outbox)
+        outbox.owner = debugger
+        self._debuggers[number] = debugger
+        self._feed(DebuggerJoined(number, via, peer))
+        if not debugger.gone:
+            nursery.start_soon(self._serve_debugger, debugger)
+
+    async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
+        reason = "debugger closed the connection"
+        with debugger.scope:
+            deadline = trio.current_time() + self._config.timeouts.handshake
+            try:
+                while not debugger.gone:
+                    attached = debugger.number in self._session.router.attached()
+                    waiting = debugger.number in self._session.router.waiting()
+                    with trio.move_on_at(math.inf if attached or waiting else deadline) as scope:
+                        data = await debugger.stream.receive_some(RECEIVE_SIZE)
+                    if scope.cancelled_caught:
+                        self._log.warning(Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer)
+                        reason = "handshake timed out"
+                        break
+                    self._feed(DebuggerBytes(debugger.number, bytes(data)))
+                    if self._dirty:
+                        await self._flush(reads=debugger.outbox)
+                    if not data:
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                reason = f"connection error: {exc}"
+        self._leave(debugger, debugger.end_reason or reason)
+
+    def _leave(self, debugger: DebuggerConnection, reason: str) -> None:
+        """The debugger's connection is over: tell the session (once) and close it."""
+        if not debugger.gone:
+            debugger.gone = True
+            self._feed(DebuggerLeft(debugger.number, reason))
+        debugger.end(reason)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._close_debugger, debugger, reason)
+
+    def _drop_slow(self, debugger: DebuggerConnection, *, waited: float | None = None) -> None:
+        self._slow_debuggers += 1
+        why: dict[str, object] = (
+            {"waited": waited}
+            if waited is not None
+            else {"queue": debugger.outbox.max_packets, "queued_bytes": debugger.outbox.queued}
+        )
+        self._log.warning(Event.DEBUGGER_SLOW_CONSUMER, peer=debugger.peer, **why)
+        debugger.outbox.broken = SLOW_CONSUMER
+        self._leave(debugger, SLOW_CONSUMER)
+
+    async def _close_debugger(self, debugger: DebuggerConnection, reason: str) -> None:
+        """Write what is queued for it (a Dispose reply), briefly, then close it."""
+        if self._debuggers.pop(debugger.number, None) is None:
+            return
+        outbox = debugger.outbox
+        with trio.move_on_after(DIRECT_SEND_LIMIT):
+            if outbox.busy:  # another task is writing to it: let that write finish
+                await outbox.idle.wait()
+            if outbox.broken is None and outbox.queue:
+                with contextlib.suppress(OutboxBroken):
+                    await outbox.flush()
+        debugger.end(reason)
+        with trio.move_on_after(1) as cleanup:
+            cleanup.shield = True
+            with contextlib.suppress(Exception):
+                await debugger.stream.aclose()
+
+    # ------------------------------------------------------------------ the per-VM port
+
+    def _maybe_listen(self) -> None:
+        """Open the per-VM debugger port once the VM has a stable key."""
+        if self._ports is None or self._port_key is not None or self._nursery is None:
+            return
+        key = self.selection_key()
+        if key is None:
+            return
+        self._port_key = key
+        self._nursery.start_soon(self._serve_port, key)
+
+    async def _serve_port(self, key: str) -> None:
+        assert self._ports is not None
+        opened = await self._ports.open_for(key)
+        if opened is None:
+            return
+        listener, port = opened
+        self._debugger_port = port
+        self._registry.changed(self._vm_id)
+        self._log.info(Event.DEBUGGER_LISTENING, port=port, via="vm-port", key=key)
+        try:
+            await accept_loop(
+                listener, lambda stream, peer: self.adopt_debugger(stream, peer, via="vm-port")
+            )
+        finally:
+            self._ports.release(port)
+            self._debugger_port = None
+
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+__all__ = ["VmDriver", "VmStatistics", "settings_from"]
