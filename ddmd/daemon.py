@@ -37,12 +37,12 @@ from ddmd.control import app as control
 from ddmd.control import events, metrics, safety
 from ddmd.discovery import VmFound, VmLost
 from ddmd.discovery.scan import PortScanner
+from ddmd.drive.vm import VmDriver
 from ddmd.errors import PortInUse
 from ddmd.listeners import CurrentVmListener, VmPorts
 from ddmd.logs import Event
 from ddmd.ports import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
-from ddmd.drive.vm import VmDriver
 
 log = structlog.get_logger("ddmd.daemon")
 
@@ -58,6 +58,7 @@ class Supervisor:
     # back off from a port whose VM keeps breaking the protocol.
     on_vm_ended: Callable[[object, bool, str], None] | None = None
     held: set[object] = field(default_factory=set)
+    refused: set[object] = field(default_factory=set)  # keys refused by [limits] max_vms
     actors: dict[str, VmDriver] = field(default_factory=dict)
     _scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict)
@@ -78,10 +79,15 @@ class Supervisor:
                     self._ended(found.key, False, "rejected: already served")
                     continue
                 if len(self.actors) >= self.config.limits.max_vms:
-                    log.warning(Event.VM_REJECTED, vm=found.vm_id, reason="limits.max_vms reached")
+                    if found.key not in self.refused:  # once per VM, not at every scan
+                        self.refused.add(found.key)
+                        log.warning(
+                            Event.VM_REJECTED, vm=found.vm_id, reason="limits.max_vms reached"
+                        )
                     await _close_quietly(found.stream)
                     self._ended(found.key, False, "rejected: limits.max_vms reached")
                     continue
+                self.refused.discard(found.key)
                 self.held.add(found.key)
                 nursery.start_soon(self._run_vm, found)
 
@@ -117,13 +123,16 @@ class Supervisor:
         self.actors[found.vm_id] = actor
         scope = self._scopes[found.vm_id] = trio.CancelScope()
         log.info(Event.VM_FOUND, vm=found.vm_id, address=found.address, source=found.source)
-        reason = "crashed"
+        # Until run() returns, the VM is being stopped: the daemon is shutting down (its
+        # nursery is cancelled), which is no fault of the VM's and must not back off its port.
+        reason = "stopped"
         try:
             with scope:
                 reason = await actor.run(found.stream, found.leftover, found.opener)
             if scope.cancelled_caught:
                 reason = f"lost: {self._lost.get(found.vm_id, 'discovery lost it')}"
         except* Exception as group:
+            reason = "crashed"
             log.error(Event.VM_CRASHED, vm=found.vm_id, exc_info=group)
             await _close_quietly(found.stream)
         finally:

@@ -4,10 +4,11 @@ Layer: trio only (plus ``ddmd.logs`` names); no protocol decisions.
 
 Whoever adds bytes to an idle outbox writes them itself, at once: a VM packet goes from the VM
 reader straight to the debugger's socket and a debugger's command from its reader straight to
-the VM's, with no task hop, the way a byte relay does. If another task is writing already, the
-bytes queue and that task writes them too, so the order the session chose is kept. A debugger
-that stops reading is detected by the write's time limit or by the queue's byte budget, and is
-dropped as a slow consumer; the VM reader is never held longer than that limit.
+the VM's, with no task hop and no cancel scope, the way a byte relay does. If another task is
+writing already, the bytes queue and that task writes them too, so the order the session chose
+is kept. A debugger that stops reading is detected by the driver's watchdog (a write older
+than its limit: the stream is closed, the write fails) or by the queue's budget, and is dropped
+as a slow consumer; the VM reader is never held longer than that limit.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import trio
 
 #: How long one write to a debugger may wait (its socket buffer is full: it stopped reading).
 DIRECT_SEND_LIMIT = 0.25
+#: Writes up to this size are "small": they fit a socket buffer unless the reader stopped.
+QUICK_WRITE = 64 * 1024
 #: The end reason of a debugger dropped for not reading.
 SLOW_CONSUMER = "slow consumer"
 
@@ -43,6 +46,9 @@ class Outbox:
     packets: int = 0
     written: int = 0
     owner: object = None  # whose stream this is (the driver's debugger record)
+    since: float | None = None  # when the write under way began
+    quick: float = DIRECT_SEND_LIMIT  # how long a small write may take
+    allowed: float = 0.0  # how long the write under way may take
     idle: trio.Event = field(default_factory=trio.Event)
 
     def put(self, data: bytes) -> bool:
@@ -58,9 +64,11 @@ class Outbox:
         self.queued += len(data)
         return True
 
-    async def flush(self, *, limit: float | None = None) -> None:
-        """Write what is queued unless another task is already doing it. Raises OutboxBroken
-        when a write fails or takes longer than the limit (the stream is then unusable)."""
+    async def flush(self, now: float) -> None:
+        """Write what is queued unless another task is already doing it. No cancel scope per
+        write (they cost more than the write): ``since`` says when the current write began,
+        and the driver's watchdog closes a stream whose write takes longer than ``limit``, which
+        makes the write fail here. Raises OutboxBroken when a write fails."""
         if self.busy or self.broken is not None:
             return
         self.busy = True
@@ -69,15 +77,13 @@ class Outbox:
             while self.queue:
                 data = self.queue.popleft()
                 self.queued -= len(data)
-                with trio.move_on_after(self.limit if limit is None else limit) as scope:
-                    try:
-                        await self.stream.send_all(data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                        self.broken = f"connection error: {exc}"
-                        raise OutboxBroken(self.broken) from exc
-                if scope.cancelled_caught:
-                    self.broken = SLOW_CONSUMER
-                    raise OutboxBroken(self.broken)
+                self.since = now
+                self.allowed = self.quick if len(data) <= QUICK_WRITE else self.limit
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self.broken = self.broken or f"connection error: {exc}"
+                    raise OutboxBroken(self.broken) from exc
                 self.packets += 1
                 self.written += len(data)
         except BaseException:
@@ -86,8 +92,13 @@ class Outbox:
                 self.broken = "a write was interrupted"
             raise
         finally:
+            self.since = None
             self.busy = False
             self.idle.set()
+
+    def overdue(self, now: float) -> bool:
+        """A write has been waiting longer than allowed (the other end stopped reading)."""
+        return self.since is not None and now - self.since > self.allowed
 
 
 @dataclass(eq=False)
@@ -103,8 +114,12 @@ class DebuggerConnection:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     gone: bool = False  # the session forgot it (CloseDebugger): do not report it again
     end_reason: str | None = None
+    writing: bool = False  # its reader task is writing to the VM now
 
     def end(self, reason: str) -> None:
+        """Stop its reader. Not while that reader writes a packet to the VM: cutting it would
+        break the VM connection; the reader stops by itself right after that write."""
         if self.end_reason is None:
             self.end_reason = reason
-        self.scope.cancel()
+        if not self.writing:
+            self.scope.cancel()

@@ -80,6 +80,8 @@ from ddmd.session.vm import SessionSettings, VmSession
 log = structlog.get_logger("ddmd.vm")
 
 RECEIVE_SIZE = 65536
+#: How often the watchdog looks at writes while debuggers are attached (seconds).
+WATCHDOG_PERIOD = DIRECT_SEND_LIMIT / 2
 #: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
 #: packet wait here while the debugger reads the ones before).
 DEBUGGER_BUDGET = 4 << 20
@@ -372,17 +374,42 @@ class VmDriver:
         return None
 
     async def _timer(self) -> None:
+        """Ticks at the times the session asks for; and, while debuggers are attached, the
+        watchdog of writes that take too long (a few wake-ups a second)."""
         while True:
             changed = self._timer_changed
-            with trio.move_on_at(self._wake_at):
+            wake = self._wake_at
+            if self._debuggers:
+                wake = min(wake, trio.current_time() + WATCHDOG_PERIOD)
+            with trio.move_on_at(wake):
                 await changed.wait()
             if changed.is_set():
                 self._timer_changed = trio.Event()
                 continue
-            self._wake_at = math.inf  # the session asks again (WakeMeAt) after every Tick
-            self._feed(Tick(trio.current_time()))
-            if self._dirty:
-                await self._flush()
+            now = trio.current_time()
+            await self._watchdog(now)
+            if now >= self._wake_at:
+                self._wake_at = math.inf  # the session asks again (WakeMeAt) after every Tick
+                self._feed(Tick(now))
+                if self._dirty:
+                    await self._flush()
+
+    async def _watchdog(self, now: float) -> None:
+        """Close a stream whose write is overdue: the write then fails in the task doing it."""
+        for debugger in list(self._debuggers.values()):
+            outbox = debugger.outbox
+            if outbox.overdue(now) and not debugger.gone:
+                self._drop_slow(debugger, waited=outbox.allowed)
+        vm = self._vm
+        if vm is not None and vm.overdue(now) and vm.broken is None:
+            vm.broken = "a write to the VM took too long"
+            self._log.warning(Event.VM_SEND_FAILED, waited=vm.allowed)
+            if self._conn_scope is not None:
+                self._conn_scope.cancel()
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                with contextlib.suppress(Exception):
+                    await vm.stream.aclose()
 
     # ------------------------------------------------------------------ ask, then act
 
@@ -463,32 +490,21 @@ class VmDriver:
                 debugger = outbox.owner
                 if isinstance(debugger, DebuggerConnection) and not outbox.busy:
                     try:
-                        await outbox.flush(limit=self._debugger_limit(outbox))
+                        await outbox.flush(trio.current_time())
                     except OutboxBroken as exc:
-                        if str(exc) == SLOW_CONSUMER:
-                            self._drop_slow(debugger, waited=self._debugger_limit(outbox))
-                        else:
-                            self._leave(debugger, str(exc))
+                        self._leave(debugger, str(exc))
 
     async def _flush_later(self, outbox: Outbox) -> None:
         self._dirty.append(outbox)
         await self._flush()
 
-    def _debugger_limit(self, outbox: Outbox) -> float:
-        # A packet relayed in pieces may take as long as a JDWP request; single packets are
-        # written at once or the debugger has stopped reading.
-        return DIRECT_SEND_LIMIT if outbox.queued < (1 << 20) else outbox.limit
-
     async def _flush_vm(self, outbox: Outbox) -> None:
-        # Shielded: a debugger whose reader is cancelled mid-write must not cut a VM packet in
-        # half. Bounded by [timeouts] jdwp_request all the same.
-        with trio.CancelScope(shield=True):
-            try:
-                await outbox.flush()
-            except OutboxBroken:
-                self._log.warning(Event.VM_SEND_FAILED)
-                if self._conn_scope is not None:
-                    self._conn_scope.cancel()
+        try:
+            await outbox.flush(trio.current_time())
+        except OutboxBroken:
+            self._log.warning(Event.VM_SEND_FAILED)
+            if self._conn_scope is not None:
+                self._conn_scope.cancel()
 
     # ------------------------------------------------------------------ debuggers
 
@@ -517,19 +533,29 @@ class VmDriver:
         reason = "debugger closed the connection"
         with debugger.scope:
             deadline = trio.current_time() + self._config.timeouts.handshake
+            router = self._session.router
             try:
                 while not debugger.gone:
-                    attached = debugger.number in self._session.router.attached()
-                    waiting = debugger.number in self._session.router.waiting()
-                    with trio.move_on_at(math.inf if attached or waiting else deadline) as scope:
+                    if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
                         data = await debugger.stream.receive_some(RECEIVE_SIZE)
-                    if scope.cancelled_caught:
-                        self._log.warning(Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer)
-                        reason = "handshake timed out"
-                        break
+                    else:  # the handshake has a deadline; an attached debugger may be idle
+                        with trio.move_on_at(deadline) as scope:
+                            data = await debugger.stream.receive_some(RECEIVE_SIZE)
+                        if scope.cancelled_caught:
+                            self._log.warning(
+                                Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer
+                            )
+                            reason = "handshake timed out"
+                            break
                     self._feed(DebuggerBytes(debugger.number, bytes(data)))
                     if self._dirty:
-                        await self._flush(reads=debugger.outbox)
+                        debugger.writing = True
+                        try:
+                            await self._flush(reads=debugger.outbox)
+                        finally:
+                            debugger.writing = False
+                        if debugger.end_reason is not None:
+                            break
                     if not data:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -566,7 +592,7 @@ class VmDriver:
                 await outbox.idle.wait()
             if outbox.broken is None and outbox.queue:
                 with contextlib.suppress(OutboxBroken):
-                    await outbox.flush()
+                    await outbox.flush(trio.current_time())
         debugger.end(reason)
         with trio.move_on_after(1) as cleanup:
             cleanup.shield = True

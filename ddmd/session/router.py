@@ -26,6 +26,7 @@ until the last piece, and nothing else goes to that debugger in between.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -53,6 +54,11 @@ from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, S
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
 
+# Headers packed directly on the relay path (the packets themselves were validated when the
+# decoder built them; building and validating them again would double the cost).
+_COMMAND_HEADER = struct.Struct(">IIBBB")
+_REPLY_HEADER = struct.Struct(">IIBH")
+
 _EVENT_COMPOSITE = 100
 
 
@@ -69,6 +75,7 @@ class _Debugger:
     via: str
     peer: str
     decoder: PacketDecoder
+    origin: DebuggerOrigin
     attached: bool = False
     # While a packet is relayed to it in pieces nothing else may be written to it: what the
     # router has for it meanwhile (a locally answered command, an event) waits here.
@@ -128,6 +135,7 @@ class Router:
     _held_vm_start: bytes | None = None
     _id_sizes: bytes | None = None
     _relay: _Relay | None = None
+    attached_count: int = 0
     packets_to_vm: int = 0
     packets_to_debuggers: int = 0
     bytes_to_vm: int = 0
@@ -156,6 +164,13 @@ class Router:
 
     def debugger_count(self) -> int:
         return len(self._debuggers)
+
+    def is_attached(self, number: int) -> bool:
+        debugger = self._debuggers.get(number)
+        return debugger is not None and debugger.attached
+
+    def is_waiting(self, number: int) -> bool:
+        return number in self._waiting
 
     def waiting(self) -> tuple[int, ...]:
         """Debuggers whose handshake is held until the VM connection is ready."""
@@ -248,8 +263,9 @@ class Router:
         debugger = self._debuggers.get(origin.debugger)
         if debugger is None:
             return []
-        data = encode(ReplyPacket(pending.original_id, packet.error_code, packet.data))
-        return self._send(debugger, data)
+        body = packet.data
+        data = _REPLY_HEADER.pack(11 + len(body), pending.original_id, 0x80, packet.error_code)
+        return self._send(debugger, data + body)
 
     def _vm_command(self, packet: CommandPacket) -> list[Command]:
         if packet.command_set == CommandSet.DDM:
@@ -352,6 +368,7 @@ class Router:
             via,
             peer,
             PacketDecoder(max_length=self.max_packet, expect_handshake=True),
+            DebuggerOrigin(debugger),
         )
         return []
 
@@ -404,6 +421,7 @@ class Router:
         if debugger is None:
             return []
         debugger.attached = True
+        self.attached_count += 1
         out: list[Command] = [
             SendToDebugger(number, HANDSHAKE),
             Log(
@@ -431,9 +449,13 @@ class Router:
         if not self.ready:
             return [], "the VM is not connected"
         vm_id = self.ids.allocate(
-            DebuggerOrigin(debugger.id), packet.id, packet.command_set, packet.command, math.inf
+            debugger.origin, packet.id, packet.command_set, packet.command, math.inf
         )
-        data = encode(CommandPacket(vm_id, packet.command_set, packet.command, packet.data))
+        body = packet.data
+        data = (
+            _COMMAND_HEADER.pack(11 + len(body), vm_id, 0, packet.command_set, packet.command)
+            + body
+        )
         self.packets_to_vm += 1
         self.bytes_to_vm += len(data)
         return [SendToVm(data)], None
@@ -446,7 +468,9 @@ class Router:
             self._waiting.remove(number)
         if debugger is None:
             return False, []
-        self.ids.drop_origin(DebuggerOrigin(number))
+        self.ids.drop_origin(debugger.origin)
+        if debugger.attached:
+            self.attached_count -= 1
         if self._relay is not None and number in self._relay.debuggers:
             self._relay.debuggers = tuple(d for d in self._relay.debuggers if d != number)
         return debugger.attached, [CloseDebugger(number, "left")]

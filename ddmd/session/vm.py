@@ -192,6 +192,7 @@ class VmSession:
         self._waits: dict[int, float] = {}  # debugger -> deadline of its wait for the VM
         self._wake: float | None = None
         self._now = 0.0
+        self._touched = False
         self.reconnects = 0
 
     # ------------------------------------------------------------------ the one entry point
@@ -200,16 +201,25 @@ class VmSession:
         """Feed one input; returns the commands to carry out, in order."""
         out = self._out = []
         self._now = now
-        attached_before = len(self.router.attached())
+        self._touched = False
+        attached_before = self.router.attached_count
         if isinstance(item, VmBytes):
             out += self.router.vm_data(item.data)
+            if not self._touched:
+                # The relay's fast lane: only debuggers' packets went by; nothing of ddmd's own
+                # (no reply, push or deadline) changed, so calls, polls and timers stand.
+                self._out = []
+                return out
         elif isinstance(item, DebuggerBytes):
             commands, leaving = self.router.debugger_data(item.debugger, item.data)
             out += commands
             if leaving is not None:
                 self._debugger_leaves(item.debugger, leaving, now)
-            elif len(self.router.attached()) > attached_before:
+            elif self.router.attached_count > attached_before:
                 self._attached(item.debugger)
+            elif not self._touched:
+                self._out = []  # the relay's fast lane, as for VmBytes
+                return out
         elif isinstance(item, Tick):
             self._tick(now)
         elif isinstance(item, Call):
@@ -328,6 +338,7 @@ class VmSession:
         return own
 
     def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
+        self._touched = True
         own = self._own.pop(pending.vm_id, None)
         if own is None:
             return []
@@ -447,6 +458,7 @@ class VmSession:
     # ------------------------------------------------------------------ pushes
 
     def _on_push(self, packet: CommandPacket) -> list[Command]:
+        self._touched = True
         try:
             chunks = ddm.chunks_of(packet, ddm.Direction.FROM_VM)
         except ProtocolError as exc:

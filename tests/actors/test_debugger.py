@@ -24,6 +24,7 @@ from structlog.testing import capture_logs
 
 from ddmd.config import Config, parse_config
 from ddmd.drive.debugger import DIRECT_SEND_LIMIT
+from ddmd.drive.vm import VmDriver
 from ddmd.errors import VmGone
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import RemoteProtocolError
@@ -38,7 +39,6 @@ from ddmd.protocol.jdwp import (
     encode_header,
 )
 from ddmd.registry import VmRegistry
-from ddmd.drive.vm import VmDriver
 from tests.actors.fakepeers import (
     ID_SIZES_64,
     FakeDebugger,

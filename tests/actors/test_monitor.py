@@ -267,6 +267,23 @@ async def test_graceful_stop_closes_vm_connections(tmp_path) -> None:
         assert h.events("daemon.stopping")
         (gone,) = h.events("vm.disconnected", vm=vm_id(port))
         assert gone["reason"]
+        # A healthy VM is not taken for a broken one when the daemon stops.
+        assert not h.events("scan.backoff")
+        assert not h.events("vm.crashed")
+
+
+async def test_a_vm_over_max_vms_is_refused_and_logged_once(tmp_path) -> None:
+    first, second = free_port_range(2)
+    with trio.fail_after(CAP):
+        async with monitor([first, second], tmp_path, limits={"max_vms": 1}) as h:
+            await h.start_sim(first, pid=1)
+            await h.wait_vm(vm_id(first), lambda v: v["state"] == "ready")
+            sim = await h.start_sim(second, pid=2)
+            await h.wait_event("vm.rejected", vm=vm_id(second))
+            # The scan (every 0.2 s here) finds it again and again: refused, logged once.
+            await wait_until(lambda: sim.statistics().connections_accepted >= 4, 10)
+            assert len(h.events("vm.rejected", vm=vm_id(second))) == 1
+            assert await h.vm(vm_id(second)) is None
 
 
 async def test_control_port_in_use_fails_start_up(tmp_path) -> None:
