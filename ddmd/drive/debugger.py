@@ -49,7 +49,7 @@ class Outbox:
     since: float | None = None  # when the write under way began
     quick: float = DIRECT_SEND_LIMIT  # how long a small write may take
     allowed: float = 0.0  # how long the write under way may take
-    idle: trio.Event = field(default_factory=trio.Event)
+    _idle: trio.Event | None = None  # made only when someone waits for the write to end
 
     def put(self, data: bytes) -> bool:
         """Queue ``data``; False when that would pass the budget of bytes or packets (the
@@ -69,10 +69,9 @@ class Outbox:
         write (they cost more than the write): ``since`` says when the current write began,
         and the driver's watchdog closes a stream whose write takes longer than ``limit``, which
         makes the write fail here. Raises OutboxBroken when a write fails."""
-        if self.busy or self.broken is not None:
+        if self.busy or not self.queue or self.broken is not None:
             return
         self.busy = True
-        self.idle = trio.Event()
         try:
             while self.queue:
                 data = self.queue.popleft()
@@ -94,7 +93,16 @@ class Outbox:
         finally:
             self.since = None
             self.busy = False
-            self.idle.set()
+            if self._idle is not None:
+                self._idle.set()
+                self._idle = None
+
+    async def wait_idle(self) -> None:
+        """Wait until the write under way (if any) is over."""
+        if self.busy:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
 
     def overdue(self, now: float) -> bool:
         """A write has been waiting longer than allowed (the other end stopped reading)."""

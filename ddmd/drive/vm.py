@@ -588,8 +588,7 @@ class VmDriver:
             return
         outbox = debugger.outbox
         with trio.move_on_after(DIRECT_SEND_LIMIT):
-            if outbox.busy:  # another task is writing to it: let that write finish
-                await outbox.idle.wait()
+            await outbox.wait_idle()  # another task may be writing to it: let it finish
             if outbox.broken is None and outbox.queue:
                 with contextlib.suppress(OutboxBroken):
                     await outbox.flush(trio.current_time())

@@ -230,6 +230,19 @@ class Router:
     def vm_data(self, data: bytes) -> list[Command]:
         """Bytes from the VM: route every complete packet (or piece) they finish."""
         decoder = self._decoder
+        if self._relay is None and not decoder.buffered and len(data) >= 11:
+            # The common case on the relay path: exactly one whole small packet.
+            length, packet_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
+            if length == len(data) <= self.stream_threshold:
+                if flags == 0x80:
+                    return self._vm_reply(ReplyPacket(packet_id, (b9 << 8) | b10, data[11:]))
+                if flags == 0 and b9 != CommandSet.DDM and self.attached_count:
+                    return [
+                        c
+                        for d in self._debuggers.values()
+                        if d.attached
+                        for c in self._send(d, data)  # events go on unchanged
+                    ]
         decoder.receive_data(data)
         out: list[Command] = []
         while True:
@@ -378,6 +391,24 @@ class Router:
         debugger = self._debuggers.get(number)
         if debugger is None:
             return [], None
+        if debugger.attached and not debugger.decoder.buffered and len(data) >= 11:
+            # The common case: exactly one whole command that is not answered here.
+            length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
+            if (
+                length == len(data) <= self.max_packet
+                and flags == 0
+                and command_set != CommandSet.VIRTUAL_MACHINE
+                and self.ready
+            ):
+                debugger.packets_in += 1
+                debugger.bytes_in += length
+                vm_id = self.ids.allocate(
+                    debugger.origin, packet_id, command_set, command, math.inf
+                )
+                self.packets_to_vm += 1
+                self.bytes_to_vm += length
+                head = _COMMAND_HEADER.pack(length, vm_id, 0, command_set, command)
+                return [SendToVm(head + data[11:])], None
         debugger.decoder.receive_data(data)
         out: list[Command] = []
         while True:
