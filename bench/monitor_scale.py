@@ -1,28 +1,47 @@
 """Monitor scalability benchmark: ddmd's CPU share, RSS and identification latency with N VMs.
 
 Run: ``.venv/bin/python bench/monitor_scale.py [--vms 100 500] [--measure 20] [--interval 2.0]``
+Smoke run: ``.venv/bin/python bench/monitor_scale.py --quick`` (N=100, short windows).
 
 For each N this starts, as separate processes:
 
-- N simulated DDM VMs in ONE child process, on N consecutive free ports. The child is this
-  script in ``--sim-host`` mode: it runs ``ddmd.sim.serve_many`` (the code behind
-  ``ddmd sim --count N``) with its logging off, and answers "stats" on stdin with every sim's
-  own request counters, so the THST poll rate is counted where the polls arrive;
+- N simulated DDM VMs split over ``--sim-procs`` child processes (default 2), each on a block
+  of consecutive free ports. A child is this script in ``--sim-host`` mode: it runs
+  ``ddmd.sim.serve_many`` (the code behind ``ddmd sim --count N``) and answers "stats" on
+  stdin with every sim's own request counters, so the THST poll rate is counted where the
+  polls arrive. Two hosts let the sims use both CPUs of a small machine: one host that
+  saturates a core answers late, ddmd then polls less than 2 Hz and looks cheaper than it is;
 - ``ddmd run --config FILE --log-format json`` scanning those ports plus a few left free, with
-  ``[monitor] always_poll_threads = true`` and ``thread_poll_interval = 0.5`` (2 Hz for every VM).
+  ``[monitor] always_poll_threads = true``, ``thread_poll_interval = 0.5`` (2 Hz for every VM)
+  and ``heap_info = true`` (the default: heap info pushed at every GC).
+
+The simulated VMs are what ``ddmd sim`` runs by default, except where a real phone differs:
+
+- flavour ``art`` (ART on Android 9-11, the ``ddmd sim`` default) with the shipped chunk
+  layouts (not ``--draft``): THEN and HPIF get no reply at all, as on a phone, so ddmd's
+  quiet requests end by their deadline; THST is answered with the shipped 18-byte entries;
+- 30 threads each (``ddmd sim`` has 8): Android's usual set (main, the daemons, binder
+  threads, RenderThread, ...) topped up with pool workers, as an ordinary app has;
+- a 4 MB heap layout (the ``ddmd sim`` default), built at ddmd's first heap-info request;
+- a GC every 10 s (each gap drawn from 8-12 s; ``ddmd sim`` uses 3 s, a busy foreground app),
+  each one pushing heap info to ddmd; a thread event (start, death or rename, pushed as ddmd
+  has thread notification on) at random moments 10 s apart on average (``ddmd sim``: 4 s);
+- the sims log warnings only: ``ddmd sim`` prints a line per request, which costs the sims,
+  not ddmd.
 
 Once the control API lists N DDM VMs and a settle time has passed, it reads ddmd's utime+stime
 from /proc/PID/stat before and after ``--measure`` seconds (CPU share = CPU seconds / wall
 seconds, as a fraction of one core), VmRSS and VmHWM from /proc/PID/status, and the per-VM
-DDM request rate the sims saw in the same window. Then it starts ``ddmd sim --count 1`` on a
-free port of the scan range ``--trials`` times, at random moments, and takes the time from the
-sim's "listening" line (wall clock when it is read) to ddmd's ``vm.hello`` log line for that VM
-(its JSON ``ts``, UTC). The scan probes every ``interval`` seconds, so that latency is spread
-uniformly over [0, interval] plus the probe and HELO cost.
+THST rate the sims saw in the same window (plus the CPU of the sims and of everything else on
+the machine, so a disturbed run shows). Then it starts ``ddmd sim --count 1`` (the same kind
+of VM) on a free port of the scan range ``--trials`` times, at random moments, and takes the
+time from the sim's "listening" line (wall clock when it is read) to ddmd's ``vm.hello`` log
+line for that VM (its JSON ``ts``, UTC). The scan probes every ``interval`` seconds, so that
+latency is spread uniformly over [0, interval] plus the probe and HELO cost.
 
-Targets: 500 VMs on under half of one core and under 300 MB RSS; a new VM identified within
-one scan interval plus 100 ms. The same limits are applied to every N. Prints figures and
-PASS/MISS; asserts nothing.
+Targets: 500 VMs on under half of one core and under 300 MB RSS; THST at 2 Hz for every VM; a
+new VM identified within one scan interval plus 100 ms. The same limits are applied to every
+N. Prints figures and PASS/MISS; asserts nothing.
 """
 
 from __future__ import annotations
@@ -50,14 +69,19 @@ CPU_TARGET = 0.5  # fraction of one core
 RSS_TARGET_MB = 300.0
 LATENCY_SLACK = 0.1  # seconds on top of one scan interval
 POLL_INTERVAL = 0.5  # [monitor] thread_poll_interval: 2 Hz
-POLL_TOLERANCE = 0.95  # the poll loop sleeps after each reply, so it runs a little under 2 Hz
+# ddmd polls at a fixed rate (a late reply skips a tick), so each VM should see 2 Hz; 5 % is
+# left for ticks skipped while a reply is late.
+POLL_TOLERANCE = 0.95
 OTHER_LOAD_WARNING = 0.2  # cores used by other processes that make a run suspect
+SIM_BUSY_WARNING = 0.85  # a sim host using this much of its core answers late
 FIRST_PORT = 20000  # below Linux's ephemeral range (32768-60999), so probes never collide
-# Keep the sims cheap: a small heap, a GC (with its HPIF push) every 10 s, rare thread churn.
-SIM_THREADS = 8
-SIM_GC_INTERVAL = 10.0
-SIM_CHURN_INTERVAL = 10.0
-SIM_HEAP_MB = 1
+# The simulated VMs (see the module docstring): an ART 9+ phone app with the shipped layouts.
+SIM_FLAVOR = "art"
+SIM_DRAFT = False
+SIM_THREADS = 30
+SIM_HEAP_MB = 4
+SIM_GC_INTERVAL = 10.0  # seconds between GCs, each gap drawn from 0.8-1.2 times this
+SIM_CHURN_INTERVAL = 10.0  # mean seconds between thread events (exponential gaps)
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -220,20 +244,27 @@ class LogTail:
 class Result:
     vms: int
     cpu: float = 0.0
-    sim_cpu: float = 0.0
+    sim_cpus: list[float] = field(default_factory=list)  # one per sim host process
     other_cpu: float = 0.0
     rss_mb: float = 0.0
     hwm_mb: float = 0.0
     window: float = 0.0
-    poll_hz: list[float] = field(default_factory=list)
+    counted: float = 0.0  # seconds between the two readings of the sims' counters
+    stats_lag: float = 0.0  # the longest a reading of them took
+    threads_seen: list[int] = field(default_factory=list)  # threads per VM, as ddmd lists them
+    poll_hz: list[float] = field(default_factory=list)  # THST requests per second, per VM
+    ddm_hz: float = 0.0  # all DDM requests per second, all VMs
     reconnects: int = 0
     latencies: list[float] = field(default_factory=list)
     found_to_hello: list[float] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)
 
 
-def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
-    """Poll the control API until it lists ``n`` ready DDM VMs with threads; returns seconds."""
+def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> tuple[float, list[int]]:
+    """Poll the control API until it lists ``n`` ready DDM VMs with threads.
+
+    Returns the seconds it took and each VM's thread count.
+    """
     import httpx
 
     url = f"http://127.0.0.1:{control_port}/api/v1/vms"
@@ -255,15 +286,19 @@ def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
                 last = len(ready)
                 print(f"    {last}/{n} VMs ready after {elapsed:.1f} s", flush=True)
             if last >= n:
-                return elapsed
+                return elapsed, [v["threads"] for v in ready]
             time.sleep(1.0)
 
 
-def sim_stats(host: Child) -> dict[int, tuple[int, int]]:
-    """port -> (DDM requests received, connections accepted), from the sims' own counters."""
-    host.send("stats")
-    line = host.wait_match(r'\{"stats"', 30)[1].string
-    return {int(p): (req, acc) for p, req, acc in json.loads(line)["stats"]}
+def sim_stats(hosts: Sequence[Child]) -> dict[int, tuple[int, int, int]]:
+    """port -> (THST requests, DDM requests, connections accepted), from the sims' counters."""
+    for host in hosts:  # ask every host first, so they count at about the same moment
+        host.send("stats")
+    out: dict[int, tuple[int, int, int]] = {}
+    for host in hosts:
+        line = host.wait_match(r'\{"stats"', 30)[1].string
+        out.update({int(p): (thst, ddm, acc) for p, thst, ddm, acc in json.loads(line)["stats"]})
+    return out
 
 
 def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
@@ -297,12 +332,28 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
     log_file = log_path.open("w", encoding="utf-8")
     tail = LogTail(log_path)
     try:
-        host = Child(
-            "sim host",
-            [sys.executable, str(Path(__file__).resolve()), "--sim-host", str(base), str(n)],
-        )
-        children.append(host)
-        host.wait_match(r'\{"ready"', 60 + n * 0.2)
+        # The N sims in ``sim_procs`` hosts of nearly equal size, on consecutive port blocks.
+        hosts: list[Child] = []
+        procs = max(1, min(args.sim_procs, n))
+        first = 0
+        for h in range(procs):
+            count = n // procs + (1 if h < n % procs else 0)
+            host = Child(
+                f"sim host {h + 1}",
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--sim-host",
+                    str(base + first),
+                    str(count),
+                    str(first),
+                ],
+            )
+            children.append(host)
+            hosts.append(host)
+            first += count
+        for host in hosts:
+            host.wait_match(r'\{"ready"', 60 + n * 0.2)
         argv = [
             sys.executable,
             "-m",
@@ -315,27 +366,39 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         ]
         ddmd = Child("ddmd", argv, stdout=log_file)
         children.append(ddmd)
-        took = wait_ready(control_port, n, args.startup_timeout or 60 + n * 0.3, ddmd)
+        took, result.threads_seen = wait_ready(
+            control_port, n, args.startup_timeout or 60 + n * 0.3, ddmd
+        )
         print(f"    all {n} identified {took:.1f} s after ddmd started; settling", flush=True)
         time.sleep(args.settle)
 
         # CPU, RSS and poll rate over one window.
-        before = sim_stats(host)
-        t0, c0, s0 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        b0 = time.monotonic()
+        before = sim_stats(hosts)
+        b1 = time.monotonic()
+        t0, c0 = time.monotonic(), cpu_seconds(ddmd.pid)
+        s0 = [cpu_seconds(host.pid) for host in hosts]
         m0 = machine_busy()[0]
         time.sleep(args.measure)
-        t1, c1, s1 = time.monotonic(), cpu_seconds(ddmd.pid), cpu_seconds(host.pid)
+        t1, c1 = time.monotonic(), cpu_seconds(ddmd.pid)
+        s1 = [cpu_seconds(host.pid) for host in hosts]
         m1 = machine_busy()[0]
-        after = sim_stats(host)
+        a0 = time.monotonic()
+        after = sim_stats(hosts)
+        a1 = time.monotonic()
         result.rss_mb, result.hwm_mb = memory_mb(ddmd.pid)
         window = result.window = t1 - t0
         result.cpu = (c1 - c0) / window
-        result.sim_cpu = (s1 - s0) / window
+        result.sim_cpus = [(b - a) / window for a, b in zip(s0, s1, strict=True)]
         # Everything else the machine ran meanwhile (this script, other users): on a busy
         # machine ddmd and the sims wait for a CPU, and the poll rate and latency suffer.
-        result.other_cpu = max(0.0, (m1 - m0) / window - result.cpu - result.sim_cpu)
-        result.poll_hz = [(after[p][0] - before[p][0]) / window for p in sorted(before)]
-        result.reconnects = sum(after[p][1] - before[p][1] for p in before)
+        result.other_cpu = max(0.0, (m1 - m0) / window - result.cpu - sum(result.sim_cpus))
+        # The counters were read between asking and hearing back: take the middle of each.
+        counted = result.counted = (a0 + a1) / 2 - (b0 + b1) / 2
+        result.stats_lag = max(b1 - b0, a1 - a0)
+        result.poll_hz = [(after[p][0] - before[p][0]) / counted for p in sorted(before)]
+        result.ddm_hz = sum(after[p][1] - before[p][1] for p in before) / counted
+        result.reconnects = sum(after[p][2] - before[p][2] for p in before)
 
         # Identification latency: one more sim at a random moment, on a port left free.
         rng = random.Random(args.seed)
@@ -357,12 +420,16 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                     str(900000 + k),
                     "--app",
                     f"bench.late{k}",
+                    "--flavor",
+                    SIM_FLAVOR,
+                    "--threads",
+                    str(SIM_THREADS),
                     "--gc-interval",
-                    "0",
+                    str(SIM_GC_INTERVAL),
                     "--churn-interval",
-                    "0",
+                    str(SIM_CHURN_INTERVAL),
                     "--heap-mb",
-                    "1",
+                    str(SIM_HEAP_MB),
                 ],
             )
             children.append(sim)
@@ -411,18 +478,27 @@ def report(results: Sequence[Result], interval: float) -> None:
         f"ddmd monitor scale: {os.cpu_count()} CPUs; scan interval {interval:g} s; "
         f"THST every {POLL_INTERVAL:g} s for every VM"
     )
+    print(
+        f"sim VMs: flavour {SIM_FLAVOR}, {'draft' if SIM_DRAFT else 'shipped'} layouts, "
+        f"{SIM_THREADS} threads, {SIM_HEAP_MB} MB heap, GC every {SIM_GC_INTERVAL:g} s, "
+        f"a thread event every {SIM_CHURN_INTERVAL:g} s (mean); heap info on"
+    )
     head = (
-        f"{'VMs':>5} {'ddmd core':>9} {'sims core':>9} {'other core':>10} {'RSS MB now/peak':>15} "
-        f"{'THST Hz/VM mean (min-max)':>25} {'hello s min/med/max':>19}"
+        f"{'VMs':>5} {'ddmd core':>9} {'sims core (per host)':>22} {'other core':>10} "
+        f"{'RSS MB now/peak':>15} {'threads/VM':>10} {'THST Hz/VM mean (min-max)':>25} "
+        f"{'DDM req/s':>9} {'hello s min/med/max':>19}"
     )
     print(head)
     print("-" * len(head))
     for r in results:
         mean = sum(r.poll_hz) / len(r.poll_hz) if r.poll_hz else 0.0
         hz = f"{mean:.3f} ({min(r.poll_hz, default=0):.2f}-{max(r.poll_hz, default=0):.2f})"
+        sims = f"{sum(r.sim_cpus):.3f} ({'+'.join(f'{c:.2f}' for c in r.sim_cpus)})"
+        threads = f"{min(r.threads_seen, default=0)}-{max(r.threads_seen, default=0)}"
         print(
-            f"{r.vms:>5} {r.cpu:>9.3f} {r.sim_cpu:>9.3f} {r.other_cpu:>10.3f} "
-            f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {hz:>25} {spread(r.latencies, '.3f'):>19}"
+            f"{r.vms:>5} {r.cpu:>9.3f} {sims:>22} {r.other_cpu:>10.3f} "
+            f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {threads:>10} {hz:>25} "
+            f"{r.ddm_hz:>9.0f} {spread(r.latencies, '.3f'):>19}"
         )
     print()
     busy = [r for r in results if r.other_cpu > OTHER_LOAD_WARNING]
@@ -431,10 +507,24 @@ def report(results: Sequence[Result], interval: float) -> None:
             f"NOTE: other processes used > {OTHER_LOAD_WARNING:g} core during the window "
             f"(N={', '.join(str(r.vms) for r in busy)}): poll rate and latency are not clean."
         )
+    saturated = [r for r in results if max(r.sim_cpus, default=0.0) > SIM_BUSY_WARNING]
+    if saturated:
+        print(
+            f"NOTE: a sim host used > {SIM_BUSY_WARNING:g} of its core "
+            f"(N={', '.join(str(r.vms) for r in saturated)}): the sims answer late, so ddmd "
+            "may poll less than asked and look cheaper; raise --sim-procs."
+        )
+    cpus = os.cpu_count() or 1
+    full = [r for r in results if r.cpu + sum(r.sim_cpus) + r.other_cpu > 0.95 * cpus]
+    if full:
+        print(
+            f"NOTE: all {cpus} CPUs were busy during the window "
+            f"(N={', '.join(str(r.vms) for r in full)}): ddmd had to wait for a CPU."
+        )
     for r in results:
         late = max(r.latencies) if r.latencies else math.inf
         # A VM's count in the window is exact only to +-1 request, i.e. +-1/window Hz.
-        slow = min(r.poll_hz, default=0.0) + 1 / r.window if r.window else 0.0
+        slow = min(r.poll_hz, default=0.0) + 1 / r.counted if r.counted else 0.0
         pad = " " * (len(str(r.vms)) + 4)
         print(
             f"N={r.vms}: CPU      {r.cpu:7.3f} < {CPU_TARGET:g} core     "
@@ -450,8 +540,8 @@ def report(results: Sequence[Result], interval: float) -> None:
         )
         print(
             f"{pad}THST     every VM >= {want_hz:.2f} Hz  {verdict(slow >= want_hz)} "
-            f"(slowest {min(r.poll_hz, default=0):.2f} Hz +- {1 / r.window:.2f} over "
-            f"{r.window:.1f} s)"
+            f"(slowest {min(r.poll_hz, default=0):.2f} Hz +- {1 / r.counted:.2f} over "
+            f"{r.counted:.1f} s; counters read within {r.stats_lag * 1000:.0f} ms)"
         )
         print(
             f"{pad}vm.found -> vm.hello {spread(r.found_to_hello, '.3f')} s; "
@@ -461,31 +551,43 @@ def report(results: Sequence[Result], interval: float) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The sim host child: N sims in one trio process, counters on request
+# The sim host child: some of the N sims in one trio process, counters on request
 
 
-def sim_host(base: int, count: int) -> None:
+def sim_host(base: int, count: int, first: int) -> None:
+    """``count`` sims on ports ``base``..; ``first`` is the index of the first among all N."""
     import logging
+    from dataclasses import replace
 
     import structlog
     import trio
 
-    from ddmd.sim import SimConfig, SimVm, make_configs, serve_many
+    from ddmd.sim import SimConfig, SimVm, serve_many
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    configs = make_configs(
-        SimConfig(
-            port=base,
-            pid=10000,
-            app_name="bench.sim",
-            package_name="bench.sim",
-            threads=SIM_THREADS,
-            gc_interval=SIM_GC_INTERVAL,
-            churn_interval=SIM_CHURN_INTERVAL,
-            heap_mb=SIM_HEAP_MB,
-        ),
-        count,
+    template = SimConfig(
+        port=base,
+        pid=10000,
+        app_name="bench.sim",
+        package_name="bench.sim",
+        flavor=SIM_FLAVOR,
+        draft=SIM_DRAFT,
+        threads=SIM_THREADS,
+        gc_interval=SIM_GC_INTERVAL,
+        churn_interval=SIM_CHURN_INTERVAL,
+        heap_mb=SIM_HEAP_MB,
     )
+    # As `ddmd.sim.make_configs`, numbered across every host: distinct pids, names and seeds.
+    configs = [
+        replace(
+            template,
+            port=base + i,
+            pid=template.pid + (first + i) * 7,
+            app_name=f"bench.sim{first + i + 1}",
+            package_name=f"bench.sim{first + i + 1}",
+        )
+        for i in range(count)
+    ]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -497,7 +599,9 @@ def sim_host(base: int, count: int) -> None:
                     rows = []
                     for vm in vms:
                         s = vm.statistics()
-                        rows.append((s.port, s.ddm_requests, s.connections_accepted))
+                        rows.append(
+                            (s.port, s.thst_requests, s.ddm_requests, s.connections_accepted)
+                        )
                     print(json.dumps({"stats": rows}), flush=True)
             nursery.cancel_scope.cancel()  # stdin closed: the benchmark is gone
 
@@ -510,7 +614,7 @@ def sim_host(base: int, count: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--sim-host"]:
-        sim_host(int(argv[1]), int(argv[2]))
+        sim_host(int(argv[1]), int(argv[2]), int(argv[3]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vms", type=int, nargs="+", default=[100, 500], help="VM counts")
@@ -521,8 +625,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=0.0, help="0: 60 + 0.3 s/VM")
     parser.add_argument("--first-port", type=int, default=FIRST_PORT)
     parser.add_argument("--seed", type=int, default=None, help="for the trial start moments")
+    parser.add_argument(
+        "--sim-procs", type=int, default=2, help="processes the sims are split over"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the configs and logs")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 100 VMs, 5 s window, 2 s settle, 2 trials (unless given)",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        for flag, value in (
+            ("--vms", [100]),
+            ("--measure", 5.0),
+            ("--settle", 2.0),
+            ("--trials", 2),
+        ):
+            if not any(a == flag or a.startswith(flag + "=") for a in argv):
+                setattr(args, flag[2:].replace("-", "_"), value)
+    if args.sim_procs < 1:
+        parser.error("--sim-procs must be at least 1")
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     work = Path(tempfile.mkdtemp(prefix="ddmd-bench-"))

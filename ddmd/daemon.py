@@ -26,7 +26,7 @@ import errno
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 import trio
@@ -37,123 +37,14 @@ from ddmd.control import app as control
 from ddmd.control import events, metrics, safety
 from ddmd.discovery import VmFound, VmLost
 from ddmd.discovery.scan import PortScanner
-from ddmd.drive.vm import VmDriver
+from ddmd.drive.ports import CurrentVmListener, VmPorts
+from ddmd.drive.supervisor import Supervisor
 from ddmd.errors import PortInUse
-from ddmd.listeners import CurrentVmListener, VmPorts
 from ddmd.logs import Event
-from ddmd.ports import SECONDS_PER_DAY, PortBook, PortEntry, format_time
+from ddmd.portbook import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
 
 log = structlog.get_logger("ddmd.daemon")
-
-
-@dataclass(slots=True)
-class Supervisor:
-    """Runs one VmDriver per found VM; one VM's failure never reaches the others."""
-
-    config: Config
-    registry: VmRegistry
-    ports: VmPorts | None = None
-    # Told how each VM ended: (discovery key, protocol error?, reason). The scanner uses it to
-    # back off from a port whose VM keeps breaking the protocol.
-    on_vm_ended: Callable[[object, bool, str], None] | None = None
-    held: set[object] = field(default_factory=set)
-    refused: set[object] = field(default_factory=set)  # keys refused by [limits] max_vms
-    actors: dict[str, VmDriver] = field(default_factory=dict)
-    _scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
-    _lost: dict[str, str] = field(default_factory=dict)
-    # Final counters of the VMs that went away: /metrics adds the live ones to these.
-    retired: metrics.RelayTotals = field(default_factory=metrics.RelayTotals)
-
-    def held_ports(self) -> set[int]:
-        return {k for k in self.held if isinstance(k, int)}
-
-    async def run(self, receive: trio.MemoryReceiveChannel[VmFound | VmLost]) -> None:
-        async with trio.open_nursery() as nursery, receive:
-            async for found in receive:
-                if isinstance(found, VmLost):
-                    self._lose(found)
-                    continue
-                if found.key in self.held or found.vm_id in self.actors:
-                    await _close_quietly(found.stream)
-                    self._ended(found.key, False, "rejected: already served")
-                    continue
-                if len(self.actors) >= self.config.limits.max_vms:
-                    if found.key not in self.refused:  # once per VM, not at every scan
-                        self.refused.add(found.key)
-                        log.warning(
-                            Event.VM_REJECTED, vm=found.vm_id, reason="limits.max_vms reached"
-                        )
-                    await _close_quietly(found.stream)
-                    self._ended(found.key, False, "rejected: limits.max_vms reached")
-                    continue
-                self.refused.discard(found.key)
-                self.held.add(found.key)
-                nursery.start_soon(self._run_vm, found)
-
-    def _ended(self, key: object, broke: bool, reason: str) -> None:
-        if self.on_vm_ended is not None:
-            self.on_vm_ended(key, broke, reason)
-
-    def _lose(self, lost: VmLost) -> None:
-        """Discovery lost a VM (its pid or device went away): end its actor; an attached
-        debugger is told by its connection closing."""
-        scope = self._scopes.get(lost.vm_id)
-        actor = self.actors.get(lost.vm_id)
-        if scope is None or actor is None:
-            return
-        self._lost[lost.vm_id] = lost.reason
-        log.warning(
-            Event.VM_LOST, vm=lost.vm_id, reason=lost.reason, debugger=actor.snapshot().debugger
-        )
-        scope.cancel()
-
-    async def _run_vm(self, found: VmFound) -> None:
-        actor = VmDriver(
-            vm_id=found.vm_id,
-            source=found.source,
-            address=found.address,
-            config=self.config,
-            registry=self.registry,
-            device=found.device,
-            expected_pid=found.pid,
-            process=found.process,
-            ports=self.ports,
-        )
-        self.actors[found.vm_id] = actor
-        scope = self._scopes[found.vm_id] = trio.CancelScope()
-        log.info(Event.VM_FOUND, vm=found.vm_id, address=found.address, source=found.source)
-        # Until run() returns, the VM is being stopped: the daemon is shutting down (its
-        # nursery is cancelled), which is no fault of the VM's and must not back off its port.
-        reason = "stopped"
-        try:
-            with scope:
-                reason = await actor.run(found.stream, found.leftover, found.opener)
-            if scope.cancelled_caught:
-                reason = f"lost: {self._lost.get(found.vm_id, 'discovery lost it')}"
-        except* Exception as group:
-            reason = "crashed"
-            log.error(Event.VM_CRASHED, vm=found.vm_id, exc_info=group)
-            await _close_quietly(found.stream)
-        finally:
-            if self.on_vm_ended is not None:
-                broke = reason.startswith("protocol error") or reason == "crashed"
-                self.on_vm_ended(found.key, broke, reason)
-            self._scopes.pop(found.vm_id, None)
-            self._lost.pop(found.vm_id, None)
-            self.retired.add(actor)
-            self.actors.pop(found.vm_id, None)
-            self.held.discard(found.key)
-            self.registry.remove(found.vm_id)
-
-
-async def _close_quietly(stream: trio.abc.Stream) -> None:
-    with trio.move_on_after(1) as scope:
-        scope.shield = True
-        try:
-            await stream.aclose()
-        except Exception:
-            log.debug("stream.close_failed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,12 @@ import pytest
 import trio
 from structlog.testing import capture_logs
 
-from ddmd import ports as ports_module
+from ddmd import portbook as ports_module
 from ddmd.config import PortRange, parse_config
 from ddmd.daemon import forget_old_ports
+from ddmd.drive.ports import VmPorts
 from ddmd.errors import ConfigError, TargetError
-from ddmd.listeners import VmPorts
-from ddmd.ports import MAX_ENTRIES, PortBook, vm_key
+from ddmd.portbook import MAX_ENTRIES, PortBook, vm_key
 from tests.actors.rawpeers import free_port_range
 from tests.control.fakes import FakeVm, make_registry
 

@@ -328,7 +328,7 @@ def _age(seconds: float) -> str:
 
 def format_ports(body: dict[str, Any], *, now: float | None = None, note: str = "") -> str:
     """The port book as a table (by port); ``note`` says where it was read from."""
-    from ddmd.ports import parse_time
+    from ddmd.portbook import parse_time
 
     now = time.time() if now is None else now
     path = body.get("path")

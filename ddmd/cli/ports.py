@@ -41,7 +41,7 @@ def _ports_from_file(
     (atomically, as the daemon writes it). No VM is connected through ddmd then."""
     from ddmd.config import PortRange
     from ddmd.errors import TargetError
-    from ddmd.ports import PortBook
+    from ddmd.portbook import PortBook
 
     try:
         config = load_config(find_config_file(config_file, os.environ), env=os.environ)

@@ -78,7 +78,7 @@ from ddmd.errors import (
 )
 from ddmd.logs import Event, get_logger
 from ddmd.netaddr import host_port
-from ddmd.ports import PortBook, PortEntry
+from ddmd.portbook import PortBook, PortEntry
 from ddmd.protocol.heap import Kind, Solidity
 from ddmd.registry import VmHandle, VmRegistry, resolve_thread
 
@@ -106,7 +106,7 @@ class _BadRequest(Exception):
 
 
 class PortBookOwner(Protocol):
-    """What the port routes need of the daemon's debugger ports (`ddmd.listeners.VmPorts`):
+    """What the port routes need of the daemon's debugger ports (`ddmd.drive.ports.VmPorts`):
     the book, and a way to save it that does not race the daemon's own writes."""
 
     @property

@@ -25,8 +25,6 @@ Metrics (all prefixed ``ddmd_``)::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -37,6 +35,7 @@ from starlette.routing import Route
 
 from ddmd import __version__
 from ddmd.control.events import EventHub
+from ddmd.drive.supervisor import CountedVm, RelayTotals
 from ddmd.registry import VmRegistry
 
 __all__ = ["METRICS_PATH", "DaemonCollector", "RelayTotals", "make_registry", "metrics_route"]
@@ -44,47 +43,6 @@ __all__ = ["METRICS_PATH", "DaemonCollector", "RelayTotals", "make_registry", "m
 METRICS_PATH = "/metrics"
 _SOURCES = ("tcp", "adb")
 _DDM = ("yes", "no", "unknown")
-
-
-class _TimeoutCounts(Protocol):
-    @property
-    def requests_timed_out(self) -> int: ...
-
-
-class CountedVm(Protocol):
-    """What the collector reads of a VM actor (``ddmd.drive.vm.VmDriver``)."""
-
-    def bridge_statistics(self) -> dict[str, int]: ...
-
-    def statistics(self) -> _TimeoutCounts: ...
-
-
-@dataclass(slots=True)
-class RelayTotals:
-    """Running totals of the counters of VMs that went away (owned by the supervisor)."""
-
-    packets_to_vm: int = 0
-    packets_to_debugger: int = 0
-    bytes_to_vm: int = 0
-    bytes_to_debugger: int = 0
-    reconnects: int = 0
-    slow_debuggers: int = 0
-    requests_timed_out: int = 0
-
-    def add(self, vm: CountedVm) -> None:
-        """Fold in one VM's final counts (call once, as it leaves the supervisor)."""
-        bridge = vm.bridge_statistics()
-        for f in fields(self):
-            if f.name in bridge:
-                setattr(self, f.name, getattr(self, f.name) + int(bridge[f.name]))
-        self.requests_timed_out += vm.statistics().requests_timed_out
-
-    def plus(self, vms: Iterable[CountedVm]) -> RelayTotals:
-        """A new total: these plus the live counts of ``vms``."""
-        total = RelayTotals(*(getattr(self, f.name) for f in fields(self)))
-        for vm in vms:
-            total.add(vm)
-        return total
 
 
 def _ddm_label(ddm: bool | None) -> str:

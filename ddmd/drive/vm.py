@@ -39,8 +39,8 @@ from ddmd.drive.debugger import (
     Outbox,
     OutboxBroken,
 )
+from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
-from ddmd.listeners import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.errors import RemoteProtocolError

@@ -15,7 +15,7 @@ import trio
 from click.testing import CliRunner
 
 from ddmd.cli import main
-from ddmd.ports import format_time
+from ddmd.portbook import format_time
 from tests.actors.rawpeers import free_port_range, monitor, wait_until
 
 CAP = 15  # seconds: absolute cap on every test

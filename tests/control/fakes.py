@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from ddmd.errors import DdmFailed, FeatureUnsupported
-from ddmd.ports import vm_key
+from ddmd.portbook import vm_key
 from ddmd.protocol.ddm import StackFrame, StackTrace
 from ddmd.protocol.heap import HeapAssembler, HeapImage, SegmentKind, parse_segment_data
 from ddmd.registry import GcOutcome, HeapInfoSnapshot, ThreadSnapshot, VmRegistry, VmSnapshot

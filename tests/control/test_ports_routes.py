@@ -23,8 +23,8 @@ from ddmd.cli.ports import ports
 from ddmd.config import ControlConfig, PortRange
 from ddmd.control.app import create_app
 from ddmd.control.safety import control_middleware
-from ddmd.listeners import VmPorts
-from ddmd.ports import PortBook
+from ddmd.drive.ports import VmPorts
+from ddmd.portbook import PortBook
 
 from .fakes import FakeVm, make_registry, standard_vms
 

@@ -1,8 +1,9 @@
 """Debugger listening ports: one per VM, plus the current-VM port (default 8700).
 
-Layer: imports config, registry, logs. Accepts connections and hands each one to the right VM
-actor (which starts a DebuggerSession in its own nursery, so a debugger never outlives its VM).
-No JDWP parsing here.
+Layer: trio, structlog, config, errors, logs, registry and the port book (``ddmd.portbook``,
+the persisted app -> port table). Accepts connections and hands each one to the right VM's
+driver (which serves it in its own nursery, so a debugger never outlives its VM). No JDWP
+parsing here.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import trio
 from ddmd.config import is_loopback_host
 from ddmd.errors import PortInUse
 from ddmd.logs import Event
-from ddmd.ports import PortBook
+from ddmd.portbook import PortBook
 from ddmd.registry import VmRegistry
 
-log = structlog.get_logger("ddmd.listeners")
+log = structlog.get_logger("ddmd.ports")
 
 # Called with the accepted stream and the peer's "host:port"; must not block.
 Acceptor = Callable[[trio.SocketStream, str], None]
