@@ -35,8 +35,8 @@ from ddmd import notify
 from ddmd.config import Config
 from ddmd.control import app as control
 from ddmd.control import events, metrics, safety
-from ddmd.discovery import VmFound, VmLost
 from ddmd.discovery.scan import PortScanner
+from ddmd.drive.found import VmFound, VmLost
 from ddmd.drive.ports import CurrentVmListener, VmPorts
 from ddmd.drive.supervisor import Supervisor
 from ddmd.errors import PortInUse

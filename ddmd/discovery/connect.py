@@ -10,7 +10,7 @@ from __future__ import annotations
 import structlog
 import trio
 
-from ddmd.logs import Event
+from ddmd.drive.streams import aclose_quietly
 from ddmd.protocol.jdwp import HANDSHAKE
 
 __all__ = ["NotJdwp", "aclose_quietly", "backoff", "jdwp_handshake"]
@@ -18,7 +18,6 @@ __all__ = ["NotJdwp", "aclose_quietly", "backoff", "jdwp_handshake"]
 log = structlog.get_logger("ddmd.discovery")
 
 #: Seconds a stream gets to close (shielded from the caller's cancellation).
-CLOSE_PATIENCE = 1.0
 _MAX_DOUBLINGS = 64
 
 
@@ -42,17 +41,6 @@ async def jdwp_handshake(stream: trio.abc.Stream) -> bytes:
         if not HANDSHAKE.startswith(got[: len(HANDSHAKE)]):
             raise NotJdwp(f"answered {got[:32]!r} instead of the JDWP handshake")
     return got[len(HANDSHAKE) :]
-
-
-async def aclose_quietly(stream: trio.abc.AsyncResource) -> None:
-    """Close ``stream`` within `CLOSE_PATIENCE`, even while the caller is being cancelled; a
-    failure to close is logged (debug) and otherwise ignored."""
-    with trio.move_on_after(CLOSE_PATIENCE) as scope:
-        scope.shield = True
-        try:
-            await stream.aclose()
-        except Exception:
-            log.debug(Event.STREAM_CLOSE_FAILED)
 
 
 def backoff(failures: int, first: float, cap: float) -> float:

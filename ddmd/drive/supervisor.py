@@ -17,9 +17,9 @@ import structlog
 import trio
 
 from ddmd.config import Config
-from ddmd.discovery import VmFound, VmLost
-from ddmd.discovery.connect import aclose_quietly
+from ddmd.drive.found import VmFound, VmLost
 from ddmd.drive.ports import VmPorts
+from ddmd.drive.streams import aclose_quietly
 from ddmd.drive.vm import VmDriver
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry

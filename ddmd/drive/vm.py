@@ -30,8 +30,6 @@ import structlog
 import trio
 
 from ddmd.config import Config
-from ddmd.discovery import Opener
-from ddmd.discovery.localproc import LocalProcess
 from ddmd.drive.debugger import (
     DIRECT_SEND_LIMIT,
     SLOW_CONSUMER,
@@ -39,6 +37,7 @@ from ddmd.drive.debugger import (
     Outbox,
     OutboxBroken,
 )
+from ddmd.drive.found import Opener, ProcessInfo
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
 from ddmd.logs import Event
@@ -142,7 +141,7 @@ class VmDriver:
         device: str | None = None,
         expected_pid: int | None = None,
         ports: VmPorts | None = None,
-        process: LocalProcess | None = None,
+        process: ProcessInfo | None = None,
     ) -> None:
         self._vm_id = vm_id
         self._config = config
