@@ -260,11 +260,8 @@ class Result:
     problems: dict[str, int] = field(default_factory=dict)
 
 
-def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> tuple[float, list[int]]:
-    """Poll the control API until it lists ``n`` ready DDM VMs with threads.
-
-    Returns the seconds it took and each VM's thread count.
-    """
+def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
+    """Poll the control API until it lists ``n`` ready DDM VMs with threads; returns seconds."""
     import httpx
 
     url = f"http://127.0.0.1:{control_port}/api/v1/vms"
@@ -286,8 +283,16 @@ def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> tuple[
                 last = len(ready)
                 print(f"    {last}/{n} VMs ready after {elapsed:.1f} s", flush=True)
             if last >= n:
-                return elapsed, [v["threads"] for v in ready]
+                return elapsed
             time.sleep(1.0)
+
+
+def thread_counts(control_port: int) -> list[int]:
+    """How many threads ddmd lists for each DDM VM."""
+    import httpx
+
+    vms = httpx.get(f"http://127.0.0.1:{control_port}/api/v1/vms", timeout=10.0).json()
+    return [v["threads"] for v in vms if v["ddm"] is True and v["threads"] is not None]
 
 
 def sim_stats(hosts: Sequence[Child]) -> dict[int, tuple[int, int, int]]:
@@ -366,9 +371,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         ]
         ddmd = Child("ddmd", argv, stdout=log_file)
         children.append(ddmd)
-        took, result.threads_seen = wait_ready(
-            control_port, n, args.startup_timeout or 60 + n * 0.3, ddmd
-        )
+        took = wait_ready(control_port, n, args.startup_timeout or 60 + n * 0.3, ddmd)
         print(f"    all {n} identified {took:.1f} s after ddmd started; settling", flush=True)
         time.sleep(args.settle)
 
@@ -387,6 +390,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         after = sim_stats(hosts)
         a1 = time.monotonic()
         result.rss_mb, result.hwm_mb = memory_mb(ddmd.pid)
+        result.threads_seen = thread_counts(control_port)
         window = result.window = t1 - t0
         result.cpu = (c1 - c0) / window
         result.sim_cpus = [(b - a) / window for a, b in zip(s0, s1, strict=True)]

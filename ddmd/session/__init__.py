@@ -8,5 +8,9 @@ and keep time for them (h11's ``Connection``, mitmproxy's layers).
                joining or leaving, a call from the API, time passing)
 - ``commands`` what the session wants done (send bytes, close a debugger, reconnect, wake me at,
                resolve a call, log)
+- ``vm``       VmSession: the lifecycle table, the DDM conversation, reply expectations, polls,
+               release (``calls``: the API-call half; ``settings``: what it decides with)
 - ``router``   who receives each packet from the VM, and how a debugger's commands reach it
+- ``model``    identity, threads and heaps of one VM, and the snapshots the registry serves
+- ``words``    the sentences a user reads when a VM lacks a feature
 """

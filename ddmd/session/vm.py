@@ -26,41 +26,36 @@ API calls (``Call``) are answered with ``Resolve``/``Reject``:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import LocalProtocolError, ProtocolError
-from ddmd.protocol.expect import FEATURE_NAMES, Answer, Expect, Judgement, expectation, judge
+from ddmd.protocol.expect import Answer, Expect, Judgement, expectation, judge
 from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import CommandPacket, CommandSet, ReplyPacket, VirtualMachineCommand
+from ddmd.session.calls import CallsMixin, Own, PendingCall
 from ddmd.session.commands import (
     Changed,
     CloseDebugger,
     Command,
     Log,
     Reconnect,
-    Reject,
-    Resolve,
     SelectMe,
     WakeMeAt,
 )
 from ddmd.session.inputs import (
     Call,
-    CauseGc,
     DebuggerBytes,
     DebuggerJoined,
     DebuggerLeft,
-    DumpHeap,
-    GetStack,
     Input,
-    RefreshThreads,
     Tick,
     VmBytes,
     VmClosed,
     VmConnected,
 )
-from ddmd.session.model import UNNAMED, GcOutcome, Note, VmModel, VmSnapshot
+from ddmd.session.model import UNNAMED, Note, VmModel, VmSnapshot
 from ddmd.session.router import Router
+from ddmd.session.settings import SessionSettings
 from ddmd.session.words import missing_sentence, silence_reason, words
 
 __all__ = ["TRANSITIONS", "SessionSettings", "VmSession"]
@@ -93,63 +88,7 @@ class _Self:
 SELF = _Self()
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    """The parts of the configuration a session decides with (built by the driver)."""
-
-    ddm_request: float = 5.0
-    dbgd_ack: float = 1.0
-    reconnect: float = 10.0
-    thread_poll_interval: float = 0.5
-    always_poll_threads: bool = False
-    heap_info: bool = True
-    auto_select_waiting: bool = True
-    max_packet: int = 1 << 30
-    stream_threshold: int = 1 << 20
-    max_inflated: int = 64 << 20
-    max_debuggers: int = 1
-    thread_lease: float = 5.0  # how long one RefreshThreads keeps the polls going
-    quiet_confirm: float = 1.0  # how long a GC without heap info waits for a reply
-    poll_phase: float = 0.0  # 0..1: this VM's place in the poll interval (spreads many VMs)
-
-
-@dataclass(slots=True)
-class _Own:
-    """One request of ddmd's own on the wire."""
-
-    purpose: str
-    feature: str
-    expect: Expect
-    judgement: Judgement | None = None
-    expired: bool = False
-    seen: int = 0  # a model counter when it was sent (heap info for the probe)
-
-    @property
-    def done(self) -> bool:
-        return self.judgement is not None or self.expired
-
-    def refused(self) -> bool:
-        return self.judgement is not None and self.judgement.answer in (
-            Answer.FAILED,
-            Answer.REFUSED,
-        )
-
-    def succeeded(self) -> bool:
-        return self.judgement is not None and self.judgement.answer is Answer.DATA
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One API call being worked on."""
-
-    call: int
-    request: object
-    deadline: float
-    seen: int = 0
-    owns: list[_Own] = field(default_factory=list)
-
-
-class VmSession:
+class VmSession(CallsMixin):
     """One VM's state machine, DDM conversation, model and routing table."""
 
     def __init__(
@@ -182,13 +121,13 @@ class VmSession:
         self.identified = False
         self.connected_at: float | None = None
         self._out: list[Command] = []
-        self._own: dict[int, _Own] = {}
-        self._calls: dict[int, _Pending] = {}
+        self._own: dict[int, Own] = {}
+        self._calls: dict[int, PendingCall] = {}
         self._heap_info_subscribed = False
         self._segment_users = 0
         self._lease_until = -math.inf
         self._next_poll: float | None = None
-        self._thst: _Own | None = None
+        self._thst: Own | None = None
         self._waits: dict[int, float] = {}  # debugger -> deadline of its wait for the VM
         self._wake: float | None = None
         self._now = 0.0
@@ -324,7 +263,7 @@ class VmSession:
 
     # ------------------------------------------------------------------ ddmd's own requests
 
-    def _ask(self, chunk: ddm.Chunk, purpose: str, feature: str, now: float) -> _Own:
+    def _ask(self, chunk: ddm.Chunk, purpose: str, feature: str, now: float) -> Own:
         packet = ddm.ddm_command(0, chunk)
         deadline = now + self.settings.ddm_request
         if purpose == "dbgd":
@@ -332,7 +271,7 @@ class VmSession:
         vm_id, send = self.router.send_own(
             SELF, packet.command_set, packet.command, packet.data, deadline
         )
-        own = _Own(purpose, feature, expectation(int(chunk.chunk_type)))
+        own = Own(purpose, feature, expectation(int(chunk.chunk_type)))
         self._own[vm_id] = own
         self._out.append(send)
         return own
@@ -379,7 +318,7 @@ class VmSession:
             self._release_done(acknowledged)
         return []
 
-    def _expired(self, own: _Own) -> None:
+    def _expired(self, own: Own) -> None:
         own.expired = True
         if own.expect is Expect.REPLY:
             timeout = self.settings.ddm_request
@@ -414,7 +353,7 @@ class VmSession:
                 b"",
                 now + self.settings.ddm_request,
             )
-            self._own[vm_id] = _Own("version", "VERSION", Expect.REPLY)
+            self._own[vm_id] = Own("version", "VERSION", Expect.REPLY)
             self._out.append(send)
             self._identified()
             return
@@ -445,7 +384,7 @@ class VmSession:
         self.identified = True
         self._out.append(Changed(renamed=True))
 
-    def _check_heap_probe(self, own: _Own) -> None:
+    def _check_heap_probe(self, own: Own) -> None:
         """HPIF now always produces heap info where the VM has the handler (pushed before the
         reply, or in the draft's reply). None at all is the evidence that it lacks heap info,
         and heap segments with it: Android 12 removed both hooks together (protocol.md 3.8)."""
@@ -475,139 +414,6 @@ class VmSession:
             self._out.append(SelectMe("waiting for a debugger"))
         if applied.changed or applied.renamed:
             self._out.append(Changed(renamed=applied.renamed))
-
-    # ------------------------------------------------------------------ API calls
-
-    def _gate(self, feature: str) -> str | None:
-        """Why ``feature`` cannot be asked for now (a sentence), or None."""
-        if self.model.ddm is False or feature in self.model.unsupported:
-            return "unsupported"
-        kind = ddm.ChunkType.__members__.get(feature)
-        needs = FEATURE_NAMES.get(kind) if kind is not None else None
-        if needs is not None and self.model.features and needs not in self.model.features:
-            self._mark_unsupported(feature, f"its feature list lacks {needs!r}")
-            return "unsupported"
-        if self.state in ("closed", "connecting", "reconnecting"):
-            return "gone"
-        return None
-
-    def _call(self, item: Call, now: float) -> None:
-        request = item.request
-        pending = _Pending(item.call, request, now + self.settings.ddm_request)
-        self._calls[item.call] = pending
-        if isinstance(request, RefreshThreads):
-            self._lease_until = now + self.settings.thread_lease
-            if self.model.ddm and "THST" not in self.model.unsupported and self.router.ready:
-                if self._thst is None or self._thst.done:
-                    self._thst = self._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
-                pending.owns.append(self._thst)
-            return
-        feature = {CauseGc: "HPGC", GetStack: "STKL", DumpHeap: "HPSG"}[type(request)]
-        refusal = self._gate(feature)
-        if refusal is not None:
-            message = (
-                self.missing(feature)
-                if refusal == "unsupported"
-                else f"{self.name} is not connected"
-            )
-            self._reject(pending, refusal, message)
-            return
-        if isinstance(request, GetStack):
-            pending.owns.append(
-                self._ask(ddm.StackTraceRequest(request.thread_id), "stkl", "STKL", now)
-            )
-        elif isinstance(request, CauseGc):
-            pending.seen = self.model.heap_info_seq
-            heap_info = self.settings.heap_info and "HPIF" not in self.model.unsupported
-            if heap_info and not self._heap_info_subscribed:
-                self._ask(ddm.HeapInfoRequest(2), "hpif-next", "HPIF", now)  # info at the next GC
-            if not heap_info:
-                pending.deadline = now + min(self.settings.ddm_request, self.settings.quiet_confirm)
-            pending.owns.append(self._ask(ddm.GcRequest(), "gc", "HPGC", now))
-        elif isinstance(request, DumpHeap):
-            pending.seen = self.model.heap_end_seq
-            self._segment_users += 1
-            pending.owns.append(self._ask(ddm.HeapSegmentRequest(1, 0), "segments-on", "HPSG", now))
-            pending.owns.append(self._ask(ddm.GcRequest(), "gc", "HPGC", now))
-
-    def _settle(self, now: float) -> None:
-        """Answer every call whose outcome is known."""
-        for pending in list(self._calls.values()):
-            request = pending.request
-            refused = next((o for o in pending.owns if o.refused()), None)
-            if isinstance(request, RefreshThreads):
-                if all(o.done for o in pending.owns):
-                    self._resolve(pending, None, now)
-            elif isinstance(request, GetStack):
-                self._settle_stack(pending, now)
-            elif refused is not None:
-                self._reject(pending, "unsupported", self.missing(refused.feature), now)
-            elif isinstance(request, CauseGc):
-                gc = pending.owns[-1]
-                if self.model.heap_info_seq > pending.seen:
-                    self._resolve(pending, GcOutcome(True, "heap info"), now)
-                elif gc.succeeded():
-                    self._resolve(pending, GcOutcome(True, "reply"), now)
-                elif now >= pending.deadline:
-                    why = (
-                        "it does not report heap information"
-                        if "HPIF" in self.model.unsupported or not self.settings.heap_info
-                        else f"no heap information arrived within {self.settings.ddm_request:g} s"
-                    )
-                    note = f"the VM gave no confirmation: {why}"
-                    self._resolve(pending, GcOutcome(False, None, note), now)
-            elif isinstance(request, DumpHeap):
-                if self.model.heap_end_seq > pending.seen:
-                    self._resolve(pending, self.model.heap_images, now)
-                elif now >= pending.deadline:
-                    message = (
-                        f"{self.name} sent no heap segments within "
-                        f"{self.settings.ddm_request:g} s of the GC"
-                    )
-                    self._reject(pending, "timed_out", message, now)
-
-    def _settle_stack(self, pending: _Pending, now: float) -> None:
-        (own,) = pending.owns
-        if own.expired:
-            self._reject(pending, "unsupported", self.missing("STKL"), now)
-            return
-        judgement = own.judgement
-        if judgement is None:
-            return
-        if judgement.answer is Answer.REFUSED:
-            self._reject(pending, "unsupported", self.missing("STKL"), now)
-        elif judgement.answer is Answer.FAILED:
-            self._reject(
-                pending,
-                "failed",
-                f"{self.name} could not give a stack trace: {judgement.reason}",
-                now,
-            )
-        elif judgement.answer is Answer.MALFORMED:
-            self._reject(
-                pending, "failed", f"{self.name} sent a malformed answer ({judgement.reason})", now
-            )
-        else:
-            trace = next((c for c in judgement.chunks if isinstance(c, ddm.StackTrace)), None)
-            if trace is None:
-                self._reject(pending, "failed", f"{self.name} sent no stack trace", now)
-            else:
-                self._resolve(pending, trace, now)
-
-    def _finish(self, pending: _Pending, now: float | None) -> None:
-        self._calls.pop(pending.call, None)
-        if isinstance(pending.request, DumpHeap) and pending.owns:  # owns: it turned them on
-            self._segment_users -= 1
-            if self._segment_users == 0 and self.router.ready and now is not None:
-                self._ask(ddm.HeapSegmentRequest(0, 0), "segments-off", "HPSG", now)
-
-    def _resolve(self, pending: _Pending, value: object, now: float) -> None:
-        self._finish(pending, now)
-        self._out.append(Resolve(pending.call, value))
-
-    def _reject(self, pending: _Pending, kind: str, message: str, now: float | None = None) -> None:
-        self._finish(pending, now)
-        self._out.append(Reject(pending.call, kind, message))
 
     # ------------------------------------------------------------------ time
 
