@@ -13,6 +13,7 @@ as a slow consumer; the VM reader is never held longer than that limit.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -47,9 +48,14 @@ class Outbox:
     written: int = 0
     owner: object = None  # whose stream this is (the driver's debugger record)
     since: float | None = None  # when the write under way began
+    sock: trio.socket.SocketType | None = None  # for writes that need no waiting
     quick: float = DIRECT_SEND_LIMIT  # how long a small write may take
     allowed: float = 0.0  # how long the write under way may take
     _idle: trio.Event | None = None  # made only when someone waits for the write to end
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stream, trio.SocketStream):
+            self.sock = self.stream.socket
 
     def put(self, data: bytes) -> bool:
         """Queue ``data``; False when that would pass the budget of bytes or packets (the
@@ -79,6 +85,24 @@ class Outbox:
                 self.since = now
                 self.allowed = self.quick if len(data) <= QUICK_WRITE else self.limit
                 try:
+                    if self.sock is not None:
+                        # The socket is non-blocking: write what fits now, without trio's
+                        # send machinery (the common case is all of it); trio waits for the
+                        # rest. The reader calling us has just passed a checkpoint. The
+                        # descriptor is asked for each time: a closed socket says -1, and a
+                        # number kept from before could belong to another socket by now.
+                        fd = self.sock.fileno()
+                        if fd < 0:
+                            raise trio.ClosedResourceError("the socket is closed")
+                        try:
+                            sent = os.write(fd, data)
+                        except BlockingIOError:
+                            sent = 0
+                        if sent == len(data):
+                            self.packets += 1
+                            self.written += sent
+                            continue
+                        data = data[sent:]
                     await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     self.broken = self.broken or f"connection error: {exc}"
