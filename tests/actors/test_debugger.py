@@ -1,6 +1,9 @@
-"""The debugger bridge of ``VmActor`` and ``DebuggerSession``, without sockets.
+"""The VM driver (``ddmd.drive.vm.VmDriver``) moving bytes between a VM and debuggers, without
+sockets. The routing rules themselves are Playbook tests in tests/session/; these check what
+only the driver does: partial reads and writes (lockstep streams), slow consumers, large
+packets in pieces, reconnects through the opener, and that no task outlives its VM.
 
-Each test runs a real ``VmActor`` on one end of a ``trio.testing`` stream pair with a scripted
+Each test runs a real ``VmDriver`` on one end of a ``trio.testing`` stream pair with a scripted
 ``FakeVm`` (tests/actors/fakepeers.py) on the other, and attaches ``FakeDebugger`` clients with
 ``adopt_debugger``. Reconnects go through an opener that makes a fresh pair and a fresh FakeVm.
 Timeout paths run under ``autojump_clock``; every test has an absolute ``fail_after`` cap and
@@ -45,7 +48,6 @@ from tests.actors.fakepeers import (
     FakeVm,
     VmScript,
     thread_start_composite,
-    vm_start_composite,
 )
 
 CAP = 60  # seconds (virtual ones under autojump_clock)
@@ -358,68 +360,6 @@ async def test_interleaved_requests_answered_in_random_order(seed: int, lockstep
 # What goes where
 
 
-async def test_vm_events_reach_the_debugger_and_ddm_pushes_stay() -> None:
-    async with bridge() as b:
-        await b.identified()
-        dbg = await attached(b)
-        await b.vm.push(ddm.ThreadCreated(77, "worker"))
-        event = thread_start_composite(77, packet_id=0x20000001)
-        await b.vm.send(event)
-        await b.vm.push(ddm.AppName("com.example.renamed", 0, "com.example.renamed"))
-        await b.vm.send(CommandPacket(0x20000002, CommandSet.EVENT, 100, b"\x00\x00\x00\x00\x00"))
-        assert await dbg.receive() == event
-        second = await dbg.receive()
-        assert isinstance(second, CommandPacket)
-        assert second.id == 0x20000002
-        marker = thread_start_composite(1, packet_id=0x20000003)
-        await b.vm.send(marker)
-        assert await dbg.receive() == marker  # nothing else (no DDM) reached the debugger
-        snap = b.actor.snapshot()
-        assert snap.app == "com.example.renamed"
-        assert any(t.thread_id == 77 and t.name == "worker" for t in snap.threads or ())
-        assert snap.debugger == "dbg1 via current"
-
-
-async def test_vm_start_is_held_for_the_first_debugger() -> None:
-    async with bridge() as b:
-        start = vm_start_composite(thread_id=5)
-        await b.vm.send(start)  # as soon as the connection is up (a suspend=y VM)
-        await b.vm.send(thread_start_composite(9, packet_id=3))  # no debugger: dropped
-        await b.identified()
-        assert b.events("vm.start_held", vm=VM_ID)
-        dbg = b.attach()
-        await dbg.handshake()
-        assert await dbg.receive() == start
-        await dbg.command(1, VM, VirtualMachineCommand.VERSION)
-        reply = await expect_reply(dbg)
-        assert reply.id == 1
-        assert reply.data.startswith(struct.pack(">I", 11) + b"Fake VM 1.0")
-        # The next debugger does not get VM_START again.
-        b.script.answers["DBGD"] = "ack"
-        await dbg.stream.aclose()
-        await b.vm.wait_ddm("DBGD")
-        dbg2 = await attached(b, "dbg2")
-        await dbg2.command(2, VM, VirtualMachineCommand.VERSION)
-        assert (await expect_reply(dbg2)).id == 2
-
-
-async def test_id_sizes_is_cached() -> None:
-    async with bridge() as b:
-        await b.identified()
-        dbg = await attached(b)
-        await dbg.command(1, VM, VirtualMachineCommand.ID_SIZES)
-        assert await expect_reply(dbg) == ReplyPacket(1, 0, ID_SIZES_64)
-        await dbg.command(2, VM, VirtualMachineCommand.ID_SIZES)
-        assert await expect_reply(dbg) == ReplyPacket(2, 0, ID_SIZES_64)
-        id_sizes = [
-            p
-            for p in b.vm.commands()
-            if (p.command_set, p.command) == (VM, VirtualMachineCommand.ID_SIZES)
-        ]
-        assert len(id_sizes) == 1
-        assert b.actor.cached_id_sizes() == ID_SIZES_64
-
-
 # --------------------------------------------------------------------------------------------
 # Dispose and release
 
@@ -554,32 +494,6 @@ async def test_reconnect_failure_ends_the_actor(autojump_clock: trio.testing.Moc
 
 # --------------------------------------------------------------------------------------------
 # Misbehaving debuggers
-
-
-async def test_reply_packets_from_the_debugger_are_dropped() -> None:
-    async with bridge() as b:
-        await b.identified()
-        dbg = await attached(b)
-        await dbg.send(ReplyPacket(0x20000001, 0, b"thanks"))
-        await dbg.send(ReplyPacket(5, 99))
-        await dbg.command(6, VM, VirtualMachineCommand.VERSION)
-        assert (await expect_reply(dbg)).id == 6
-        assert not any(isinstance(p, ReplyPacket) for p in b.vm.received)
-        dropped = b.events("debugger.reply_dropped", vm=VM_ID)
-        assert [(e["id"], e["error"]) for e in dropped] == [(0x20000001, 0), (5, 99)]
-
-
-async def test_second_debugger_is_rejected_naming_the_holder() -> None:
-    async with bridge() as b:
-        await b.identified()
-        dbg = await attached(b, "jdb@127.0.0.1:5000")
-        second = b.attach("studio@127.0.0.1:6000")
-        assert await second.receive() is None  # closed without a handshake
-        (rejected,) = b.events("debugger.rejected", vm=VM_ID)
-        assert rejected["peer"] == "studio@127.0.0.1:6000"
-        assert rejected["holder"] == "jdb@127.0.0.1:5000"
-        await dbg.command(1, VM, VirtualMachineCommand.VERSION)
-        assert (await expect_reply(dbg)).id == 1
 
 
 async def _end_by_eof(b: Bridge, dbg: FakeDebugger) -> None:
