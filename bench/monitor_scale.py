@@ -201,6 +201,8 @@ class LogTail:
         self.seen: dict[tuple[str, str], float] = {}
         self.levels: dict[str, int] = {}
         self.problems: dict[str, int] = {}
+        # Features ddmd stopped asking a VM for (e.g. THST after a reply came too late).
+        self.given_up: dict[str, int] = {}
 
     def poll(self) -> None:
         text = self._partial + self._file.read()
@@ -217,6 +219,9 @@ class LogTail:
             self.levels[level] = self.levels.get(level, 0) + 1
             if level in ("warning", "error", "critical"):
                 self.problems[event] = self.problems.get(event, 0) + 1
+            if event == "vm.feature_unsupported":
+                feature = str(record.get("feature", "?"))
+                self.given_up[feature] = self.given_up.get(feature, 0) + 1
             if event in self.EVENTS and "vm" in record:
                 key = (event, record["vm"])
                 if key not in self.seen:
@@ -258,6 +263,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     found_to_hello: list[float] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)
+    given_up: dict[str, int] = field(default_factory=dict)
 
 
 def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
@@ -452,6 +458,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         result.hwm_mb = max(result.hwm_mb, memory_mb(ddmd.pid)[1])
         tail.poll()
         result.problems = dict(tail.problems)
+        result.given_up = dict(tail.given_up)
     finally:
         for child in reversed(children):
             child.stop()
@@ -552,6 +559,12 @@ def report(results: Sequence[Result], interval: float) -> None:
             f"sim reconnects in window: {r.reconnects}; "
             f"warnings/errors logged: {sum(r.problems.values())} {r.problems or ''}"
         )
+        below = sum(1 for hz in r.poll_hz if hz + 1 / max(r.counted, 1e-9) < want_hz)
+        silent = sum(1 for hz in r.poll_hz if hz == 0)
+        print(
+            f"{pad}VMs polled below target: {below} (not at all: {silent}); "
+            f"features ddmd gave up on (VMs): {r.given_up or 'none'}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -596,6 +609,12 @@ def sim_host(base: int, count: int, first: int) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             vms: tuple[SimVm, ...] = await nursery.start(serve_many, configs)
+            # Build every heap layout now. A sim builds it at the first heap-info request,
+            # ~50 ms for 4 MB; 250 VMs asked at once would stall this host's event loop for
+            # seconds, so every other sim here would answer late (a phone's VMs do not share
+            # one thread), and ddmd would rightly give up on requests that time out.
+            for vm in vms:
+                vm._heap_pieces()  # the sim has no public hook for this
             print(json.dumps({"ready": [vm.port for vm in vms]}), flush=True)
             stdin = trio.wrap_file(sys.stdin)
             while line := await stdin.readline():

@@ -373,11 +373,25 @@ class RegistryEvents:
                 previous_app=before.app,
                 previous_package=before.package,
             )
-        if snap.debugger != before.debugger:
-            if before.debugger is not None:
-                emit(StreamEvent.DEBUGGER_DETACHED, vm=vm_id, debugger=before.debugger)
-            if snap.debugger is not None:
-                emit(StreamEvent.DEBUGGER_ATTACHED, vm=vm_id, debugger=snap.debugger)
+        # One event per debugger that came or went (several may share a VM).
+        now_attached = {(d.peer, d.via): d for d in snap.debuggers}
+        was_attached = {(d.peer, d.via): d for d in before.debuggers}
+        for key, gone in was_attached.items():
+            if key not in now_attached:
+                emit(
+                    StreamEvent.DEBUGGER_DETACHED,
+                    vm=vm_id,
+                    debugger=f"{gone.peer} via {gone.via}",
+                    details=gone.to_json(),
+                )
+        for key, came in now_attached.items():
+            if key not in was_attached:
+                emit(
+                    StreamEvent.DEBUGGER_ATTACHED,
+                    vm=vm_id,
+                    debugger=f"{came.peer} via {came.via}",
+                    details=came.to_json(),
+                )
         if snap.waiting_for_debugger and not before.waiting_for_debugger:
             emit(StreamEvent.VM_WAITING_FOR_DEBUGGER, vm=vm_id)
         if snap.threads is not None and snap.threads != before.threads:

@@ -90,7 +90,7 @@ class DaemonCollector:
         yield GaugeMetricFamily(
             "ddmd_debuggers_attached",
             "Debuggers attached to a VM through ddmd",
-            value=sum(1 for s in snapshots if s.debugger is not None),
+            value=sum(len(s.debuggers) for s in snapshots),
         )
 
         total = self._retired.plus(self._vms())

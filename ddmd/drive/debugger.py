@@ -147,6 +147,7 @@ class DebuggerConnection:
     gone: bool = False  # the session forgot it (CloseDebugger): do not report it again
     end_reason: str | None = None
     writing: bool = False  # its reader task is writing to the VM now
+    since: float | None = None  # wall-clock time of its arrival
 
     def end(self, reason: str) -> None:
         """Stop its reader. Not while that reader writes a packet to the VM: cutting it would

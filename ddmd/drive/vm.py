@@ -74,6 +74,7 @@ from ddmd.session.inputs import (
     VmClosed,
     VmConnected,
 )
+from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import SessionSettings, VmSession
 
 log = structlog.get_logger("ddmd.vm")
@@ -185,8 +186,21 @@ class VmDriver:
 
     def snapshot(self) -> VmSnapshot:
         return self._session.snapshot(
-            current=self._registry.is_current(self._vm_id), debugger_port=self._debugger_port
+            current=self._registry.is_current(self._vm_id),
+            debugger_port=self._debugger_port,
+            debuggers=self._debugger_snapshots(),
         )
+
+    def _debugger_snapshots(self) -> tuple[DebuggerSnapshot, ...]:
+        router = self._session.router
+        out = []
+        for d in self._debuggers.values():
+            counts = router.debugger_statistics(d.number)
+            if counts is None or not router.is_attached(d.number):
+                continue
+            packets_in, packets_out, _, _ = counts
+            out.append(DebuggerSnapshot(d.peer, d.via, d.port, d.since, packets_in, packets_out))
+        return tuple(out)
 
     def selection_key(self) -> str | None:
         return self._session.selection_key()
@@ -521,7 +535,7 @@ class VmDriver:
             limit=self._config.timeouts.jdwp_request,
             max_packets=self._config.debugger.queue_packets,
         )
-        debugger = DebuggerConnection(number, stream, peer, via, port, outbox)
+        debugger = DebuggerConnection(number, stream, peer, via, port, outbox, since=time.time())
         outbox.owner = debugger
         self._debuggers[number] = debugger
         self._feed(DebuggerJoined(number, via, peer))

@@ -69,6 +69,30 @@ class HeapInfoSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class DebuggerSnapshot:
+    """One debugger attached to a VM: who, through which port, since when, how busy."""
+
+    peer: str
+    via: str  # "vm-port" or "current"
+    port: int | None
+    since: float | None  # wall-clock seconds since the epoch
+    packets_in: int = 0  # commands it sent
+    packets_out: int = 0  # replies and events it received
+    suspensions: int = 0  # suspensions of the VM or its threads it holds now
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "peer": self.peer,
+            "via": self.via,
+            "port": self.port,
+            "since": self.since,
+            "packets_in": self.packets_in,
+            "packets_out": self.packets_out,
+            "suspensions": self.suspensions,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class VmSnapshot:
     """Everything the control API shows about one VM. Built by its actor; immutable."""
 
@@ -98,6 +122,7 @@ class VmSnapshot:
     connected_at: float | None = None  # wall-clock seconds since the epoch
     # Why each feature in ``unsupported`` is missing, in a user's words (feature, reason).
     unsupported_reasons: tuple[tuple[str, str], ...] = ()
+    debuggers: tuple[DebuggerSnapshot, ...] = ()  # every attached debugger
 
     @property
     def display_name(self) -> str:
@@ -143,6 +168,7 @@ class VmSnapshot:
             "heaps": [h.to_json() for h in self.heaps],
             "debugger_port": self.debugger_port,
             "debugger": self.debugger,
+            "debuggers": [d.to_json() for d in self.debuggers],
             "current": self.current,
             "connected_at": self.connected_at,
             "name": self.display_name,

@@ -53,7 +53,7 @@ from ddmd.session.inputs import (
     VmClosed,
     VmConnected,
 )
-from ddmd.session.model import UNNAMED, Note, VmModel, VmSnapshot
+from ddmd.session.model import UNNAMED, DebuggerSnapshot, Note, VmModel, VmSnapshot
 from ddmd.session.router import Router
 from ddmd.session.settings import SessionSettings
 from ddmd.session.words import missing_sentence, silence_reason, words
@@ -552,6 +552,7 @@ class VmSession(CallsMixin):
         *,
         current: bool = False,
         debugger_port: int | None = None,
+        debuggers: tuple[DebuggerSnapshot, ...] = (),
     ) -> VmSnapshot:
         m = self.model
         pid, app = m.pid, m.app
@@ -586,6 +587,7 @@ class VmSession(CallsMixin):
             current=current,
             connected_at=self.connected_at,
             unsupported_reasons=tuple(sorted(m.unsupported.items())),
+            debuggers=debuggers,
         )
 
 

@@ -34,6 +34,7 @@ from ddmd.control.events import (
 from ddmd.control.sse import SseDecoder, event_frame
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
+from ddmd.session.model import DebuggerSnapshot
 from tests.actors.rawpeers import wait_until
 
 from .fakes import FakeVm, heap_image, make_registry, sample_heap_info, sample_threads
@@ -167,6 +168,14 @@ def world() -> Iterator[tuple[VmRegistry, EventHub, dict[str, FakeVm]]]:
         yield registry, hub, vms
 
 
+def attached(peer: str, via: str) -> dict[str, Any]:
+    """Snapshot fields of a VM with one debugger attached."""
+    return {
+        "debugger": f"{peer} via {via}",
+        "debuggers": (DebuggerSnapshot(peer, via, 8700, 1700000000.0),),
+    }
+
+
 async def test_registry_notices_become_events(world):
     registry, hub, vms = world
     app = vms["app"]
@@ -178,20 +187,29 @@ async def test_registry_notices_become_events(world):
         assert got[0]["vm"] == "tcp:8001"
         assert got[0]["snapshot"] == new.snap.to_json()
 
-        app.update(debugger="127.0.0.1:5005 via current")
+        app.update(**attached("127.0.0.1:5005", "current"))
         registry.changed(app.vm_id)
         got = drain(events)
         assert names(got) == ["vm.changed", "debugger.attached"]
-        assert got[0]["changed"] == ["debugger"]
+        assert got[0]["changed"] == ["debugger", "debuggers"]
         assert got[0]["snapshot"]["debugger"] == "127.0.0.1:5005 via current"
         assert got[1] == {
             "event": "debugger.attached",
             "ts": "T",
             "vm": app.vm_id,
             "debugger": "127.0.0.1:5005 via current",
+            "details": {
+                "peer": "127.0.0.1:5005",
+                "via": "current",
+                "port": 8700,
+                "since": 1700000000.0,
+                "packets_in": 0,
+                "packets_out": 0,
+                "suspensions": 0,
+            },
         }
 
-        app.update(debugger=None)
+        app.update(debugger=None, debuggers=())
         registry.changed(app.vm_id)
         got = drain(events)
         assert names(got) == ["vm.changed", "debugger.detached"]
@@ -265,7 +283,7 @@ async def test_without_subscribers_nothing_is_computed_and_nothing_missed(world)
     # A debugger attaches to a VM that sent no notice since the subscriber arrived: the first
     # subscriber took every VM's snapshot, so the difference is still seen.
     with hub.subscribe() as events:
-        app.update(debugger="127.0.0.1:5005 via vm-port")
+        app.update(**attached("127.0.0.1:5005", "vm-port"))
         registry.changed(app.vm_id)
         assert "debugger.attached" in names(drain(events))
 
@@ -310,7 +328,7 @@ async def test_sse_over_asgi_transport():
             nursery.start_soon(get)
             await trio.testing.wait_all_tasks_blocked()
             assert hub.statistics().subscribers == 1
-            vm.update(debugger="127.0.0.1:5005 via current")
+            vm.update(**attached("127.0.0.1:5005", "current"))
             registry.changed(vm.vm_id)
             registry.add(FakeVm.plain_jvm())
             # ASGITransport hands the body over only when the response ends: end it.

@@ -16,6 +16,7 @@ from ddmd.control.app import create_app
 from ddmd.control.events import EventHub
 from ddmd.control.metrics import DaemonCollector, RelayTotals, make_registry, metrics_route
 from ddmd.protocol.jdwp import CommandSet, ReplyPacket, VirtualMachineCommand, encode
+from ddmd.session.model import DebuggerSnapshot
 from tests.actors.fakepeers import FakeDebugger
 from tests.actors.rawpeers import free_port_range, monitor, wait_until
 
@@ -58,7 +59,13 @@ class CountingVm:
 
 
 async def test_collector_reads_live_state():
-    jvm, app = FakeVm.plain_jvm(), FakeVm.android(debugger="127.0.0.1:5005 via current")
+    jvm, app = (
+        FakeVm.plain_jvm(),
+        FakeVm.android(
+            debugger="127.0.0.1:5005 via current",
+            debuggers=(DebuggerSnapshot("127.0.0.1:5005", "current", 8700, 1700000000.0),),
+        ),
+    )
     registry = make_vm_registry(jvm, app, FakeVm.android("emulator-5554/9", ddm=None))
     live = [
         CountingVm(
