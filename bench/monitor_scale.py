@@ -169,7 +169,7 @@ enabled = "off"
 [debugger]
 ports = "{debugger}"
 current_port = {current_port}
-state_file = "{path.parent / "ports.json"}"
+state_file = "{path.with_suffix(".ports.json")}"
 
 [control]
 host = "127.0.0.1"
@@ -358,6 +358,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                     str(base + first),
                     str(count),
                     str(first),
+                    str(args.sim_threads),
                 ],
             )
             children.append(host)
@@ -365,8 +366,10 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             first += count
         for host in hosts:
             host.wait_match(r'\{"ready"', 60 + n * 0.2)
+        profile = work / f"ddmd-{n}.prof"
         argv = [
             sys.executable,
+            *(["-m", "cProfile", "-o", str(profile)] if args.profile else []),
             "-m",
             "ddmd",
             "run",
@@ -433,7 +436,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                     "--flavor",
                     SIM_FLAVOR,
                     "--threads",
-                    str(SIM_THREADS),
+                    str(args.sim_threads),
                     "--gc-interval",
                     str(SIM_GC_INTERVAL),
                     "--churn-interval",
@@ -453,6 +456,9 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
                 f"(vm.found -> vm.hello {hello - found:.3f} s)",
                 flush=True,
             )
+            # Let ddmd's first requests after the hello reach it: a VM killed while ddmd
+            # writes to it is logged as a failed send, which says nothing about the scan.
+            time.sleep(0.5)
             sim.stop()
             children.remove(sim)
         result.hwm_mb = max(result.hwm_mb, memory_mb(ddmd.pid)[1])
@@ -464,7 +470,22 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             child.stop()
         log_file.close()
         tail.close()
+    if args.profile and profile.exists():  # written when ddmd exits after SIGTERM
+        print_profile(profile, n)
     return result
+
+
+def print_profile(path: Path, n: int) -> None:
+    """The functions ddmd spent its time in (its whole run, start-up included)."""
+    import io
+    import pstats
+
+    for key, title in (("tottime", "own time"), ("cumulative", "time with callees")):
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).strip_dirs().sort_stats(key).print_stats(25)
+        text = out.getvalue()
+        print(f"\nN={n}: ddmd under cProfile, by {title}:")
+        print(text[text.find("   ncalls") :].rstrip())
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,7 +496,7 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def report(results: Sequence[Result], interval: float) -> None:
+def report(results: Sequence[Result], interval: float, threads: int) -> None:
     def spread(values: Sequence[float], fmt: str) -> str:
         if not values:
             return "-"
@@ -491,7 +512,7 @@ def report(results: Sequence[Result], interval: float) -> None:
     )
     print(
         f"sim VMs: flavour {SIM_FLAVOR}, {'draft' if SIM_DRAFT else 'shipped'} layouts, "
-        f"{SIM_THREADS} threads, {SIM_HEAP_MB} MB heap, GC every {SIM_GC_INTERVAL:g} s, "
+        f"{threads} threads, {SIM_HEAP_MB} MB heap, GC every {SIM_GC_INTERVAL:g} s, "
         f"a thread event every {SIM_CHURN_INTERVAL:g} s (mean); heap info on"
     )
     head = (
@@ -505,10 +526,10 @@ def report(results: Sequence[Result], interval: float) -> None:
         mean = sum(r.poll_hz) / len(r.poll_hz) if r.poll_hz else 0.0
         hz = f"{mean:.3f} ({min(r.poll_hz, default=0):.2f}-{max(r.poll_hz, default=0):.2f})"
         sims = f"{sum(r.sim_cpus):.3f} ({'+'.join(f'{c:.2f}' for c in r.sim_cpus)})"
-        threads = f"{min(r.threads_seen, default=0)}-{max(r.threads_seen, default=0)}"
+        seen = f"{min(r.threads_seen, default=0)}-{max(r.threads_seen, default=0)}"
         print(
             f"{r.vms:>5} {r.cpu:>9.3f} {sims:>22} {r.other_cpu:>10.3f} "
-            f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {threads:>10} {hz:>25} "
+            f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {seen:>10} {hz:>25} "
             f"{r.ddm_hz:>9.0f} {spread(r.latencies, '.3f'):>19}"
         )
     print()
@@ -545,10 +566,13 @@ def report(results: Sequence[Result], interval: float) -> None:
             f"{pad}peak RSS {r.hwm_mb:7.1f} < {RSS_TARGET_MB:g} MB     "
             f"{verdict(r.hwm_mb < RSS_TARGET_MB)} (margin {RSS_TARGET_MB - r.hwm_mb:+.1f} MB)"
         )
-        print(
-            f"{pad}hello    {late:7.3f} <= {limit:g} s     {verdict(late <= limit)} "
-            f"(max of {len(r.latencies)}; margin {limit - late:+.3f} s)"
-        )
+        if r.latencies:
+            print(
+                f"{pad}hello    {late:7.3f} <= {limit:g} s     {verdict(late <= limit)} "
+                f"(max of {len(r.latencies)}; margin {limit - late:+.3f} s)"
+            )
+        else:
+            print(f"{pad}hello    not measured (--trials 0)")
         print(
             f"{pad}THST     every VM >= {want_hz:.2f} Hz  {verdict(slow >= want_hz)} "
             f"(slowest {min(r.poll_hz, default=0):.2f} Hz +- {1 / r.counted:.2f} over "
@@ -571,7 +595,7 @@ def report(results: Sequence[Result], interval: float) -> None:
 # The sim host child: some of the N sims in one trio process, counters on request
 
 
-def sim_host(base: int, count: int, first: int) -> None:
+def sim_host(base: int, count: int, first: int, threads: int) -> None:
     """``count`` sims on ports ``base``..; ``first`` is the index of the first among all N."""
     import logging
     from dataclasses import replace
@@ -589,7 +613,7 @@ def sim_host(base: int, count: int, first: int) -> None:
         package_name="bench.sim",
         flavor=SIM_FLAVOR,
         draft=SIM_DRAFT,
-        threads=SIM_THREADS,
+        threads=threads,
         gc_interval=SIM_GC_INTERVAL,
         churn_interval=SIM_CHURN_INTERVAL,
         heap_mb=SIM_HEAP_MB,
@@ -637,7 +661,7 @@ def sim_host(base: int, count: int, first: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--sim-host"]:
-        sim_host(int(argv[1]), int(argv[2]), int(argv[3]))
+        sim_host(int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vms", type=int, nargs="+", default=[100, 500], help="VM counts")
@@ -651,7 +675,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sim-procs", type=int, default=2, help="processes the sims are split over"
     )
+    parser.add_argument(
+        "--sim-threads",
+        type=int,
+        default=SIM_THREADS,
+        help="threads per simulated VM (fewer only to compare: a real app has about 30)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the configs and logs")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run ddmd under cProfile and print where its time went (its CPU figures are "
+        "then inflated by the profiler)",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -669,6 +705,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setattr(args, flag[2:].replace("-", "_"), value)
     if args.sim_procs < 1:
         parser.error("--sim-procs must be at least 1")
+    if not 1 <= args.sim_threads <= 10000:
+        parser.error("--sim-threads must be within 1..10000")
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     work = Path(tempfile.mkdtemp(prefix="ddmd-bench-"))
@@ -685,7 +723,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
         if results:
-            report(results, args.interval)
+            report(results, args.interval, args.sim_threads)
+            if args.profile:
+                print("NOTE: ddmd ran under cProfile: its CPU figures include the profiler's cost.")
     return 0
 
 
