@@ -170,6 +170,7 @@ class VmDriver:
         self._call_ids = itertools.count(1)
         self._wake_at = math.inf
         self._timer_changed = trio.Event()
+        self._sleeping_until = -math.inf
         self._dirty: list[Outbox] = []
         self._port_key: str | None = None
         self._debugger_port: int | None = None
@@ -390,14 +391,15 @@ class VmDriver:
         """Ticks at the times the session asks for; and, while debuggers are attached, the
         watchdog of writes that take too long (a few wake-ups a second)."""
         while True:
-            changed = self._timer_changed
             wake = self._wake_at
             if self._debuggers:
                 wake = min(wake, trio.current_time() + WATCHDOG_PERIOD)
+            changed = self._timer_changed = trio.Event()
+            self._sleeping_until = wake
             with trio.move_on_at(wake):
                 await changed.wait()
+            self._sleeping_until = -math.inf  # awake: a new WakeMeAt needs no wake-up call
             if changed.is_set():
-                self._timer_changed = trio.Event()
                 continue
             now = trio.current_time()
             await self._watchdog(now)
@@ -459,7 +461,8 @@ class VmDriver:
                 self._registry.changed(self._vm_id)
         elif isinstance(command, WakeMeAt):
             self._wake_at = command.when
-            self._timer_changed.set()
+            if command.when < self._sleeping_until:  # earlier than the timer sleeps until
+                self._timer_changed.set()
         elif isinstance(command, Resolve | Reject):
             waiter = self._calls.get(command.call)
             if waiter is not None and not waiter.event.is_set():
@@ -538,6 +541,7 @@ class VmDriver:
         debugger = DebuggerConnection(number, stream, peer, via, port, outbox, since=time.time())
         outbox.owner = debugger
         self._debuggers[number] = debugger
+        self._timer_changed.set()  # the watchdog looks at writes while debuggers are here
         self._feed(DebuggerJoined(number, via, peer))
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
