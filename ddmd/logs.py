@@ -129,6 +129,13 @@ class Event(StrEnum):
     VM_RECONNECT_FAILED = "vm.reconnect_failed"
     VM_START_HELD = "vm.start_held"
     VM_SEND_FAILED = "vm.send_failed"
+    # several debuggers on one VM
+    VM_EXIT_REQUESTED = "vm.exit_requested"  # a debugger's VirtualMachine.Exit, and who sent it
+    VM_EVENT_UNSPLIT = "vm.event_unsplit"  # an event packet given whole to every debugger
+    VM_SUSPENSION_UNTRACKED = "vm.suspension_untracked"
+    VM_COMMAND_REFUSED = "vm.command_refused"  # a command ddmd sent for a debugger's rules
+    DEBUGGER_RELEASED = "debugger.released"  # what a departing debugger's leaving released
+    DEBUGGER_HOLD_OVERFLOWED = "debugger.hold_overflowed"
     PORTS_STATE_PROBLEM = "ports.state_problem"
     PORTS_FORGOTTEN = "ports.forgotten"  # an app's remembered debugger port was dropped
     # monitoring

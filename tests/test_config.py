@@ -74,6 +74,7 @@ def test_defaults():
     assert c.debugger.state_file == Path("/home/user/.local/state/ddmd/ports.json")
     assert c.debugger.queue_packets == 1024
     assert c.debugger.relay_chunk_bytes == 1024 * 1024
+    assert c.debugger.max_per_vm == 4
     assert (c.control.host, c.control.port, c.control.token) == ("127.0.0.1", 8710, "")
     assert c.monitor == type(c.monitor)(0.5, False, True)
     assert dataclasses.astuple(c.timeouts) == (2.0, 2.0, 5.0, 30.0, 1.0, 10.0, 5.0, 5.0)
@@ -475,6 +476,16 @@ def test_enum_spellings():
 )
 def test_limits(key, value, fragment):
     expect_error({"limits": {key: value}}, f"limits.{key}", str(value), fragment)
+
+
+@pytest.mark.parametrize(("value", "fragment"), [(0, "between 1 and 64"), (65, "between 1 and 64")])
+def test_max_per_vm_bounds(value, fragment):
+    expect_error({"debugger": {"max_per_vm": value}}, "debugger.max_per_vm", str(value), fragment)
+
+
+def test_max_per_vm_one_restores_a_single_debugger():
+    c = parse_config({"debugger": {"max_per_vm": 1}}, source="test", env=ENV)
+    assert c.debugger.max_per_vm == 1
 
 
 @pytest.mark.parametrize(("key", "minimum"), [("queue_packets", 1), ("relay_chunk_bytes", 4096)])

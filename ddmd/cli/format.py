@@ -126,7 +126,33 @@ def format_clients(vms: list[dict[str, Any]]) -> str:
         for vm in vms
     ]
     headers = ("ID", "PID", "APP/PACKAGE", "VM", "DDM", "WAIT", "THREADS", "PORT", "DEBUGGER")
-    return table((*headers, "CURRENT"), rows)
+    text = table((*headers, "CURRENT"), rows)
+    attached = [(vm, d) for vm in vms for d in vm.get("debuggers") or ()]
+    if attached:
+        text += "\n\ndebuggers attached:\n" + table(
+            ("VM", "PEER", "VIA", "PORT", "SINCE", "CMDS", "REPLIES+EVENTS", "SUSPENSIONS"),
+            [
+                (
+                    vm["id"],
+                    d.get("peer"),
+                    d.get("via"),
+                    d.get("port"),
+                    _clock(d.get("since")),
+                    d.get("packets_in"),
+                    d.get("packets_out"),
+                    d.get("suspensions"),
+                )
+                for vm, d in attached
+            ],
+        )
+    return text
+
+
+def _clock(epoch: object) -> str | None:
+    """Local wall-clock time of an epoch timestamp (HH:MM:SS), or None."""
+    if not isinstance(epoch, int | float):
+        return None
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
 
 
 def format_devices(devices: list[dict[str, Any]]) -> str:

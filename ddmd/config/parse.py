@@ -385,6 +385,7 @@ def parse_config(
         queue_packets=d.get(d.integer, "queue_packets", minimum=1),
         relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
+        max_per_vm=d.get(d.integer, "max_per_vm", minimum=1, maximum=64),
     )
 
     c = sec["control"]

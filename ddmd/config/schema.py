@@ -82,6 +82,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "queue_packets": 1024,
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
+                "max_per_vm": 4,
             }
         ),
         "control": MappingProxyType({"host": "127.0.0.1", "port": 8710, "token": ""}),
@@ -247,6 +248,7 @@ class DebuggerConfig:
     queue_packets: int
     relay_chunk_bytes: int
     forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
+    max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,7 @@ def settings_from(config: Config) -> SessionSettings:
         max_packet=config.limits.max_packet_bytes,
         stream_threshold=config.debugger.relay_chunk_bytes,
         max_inflated=config.limits.max_inflated_bytes,
-        max_debuggers=getattr(config.debugger, "max_per_vm", 1),
+        max_debuggers=config.debugger.max_per_vm,
         poll_phase=random.random(),
     )
 
@@ -200,7 +200,10 @@ class VmDriver:
             if counts is None or not router.is_attached(d.number):
                 continue
             packets_in, packets_out, _, _ = counts
-            out.append(DebuggerSnapshot(d.peer, d.via, d.port, d.since, packets_in, packets_out))
+            held = router.bridge.held_by(d.number)
+            out.append(
+                DebuggerSnapshot(d.peer, d.via, d.port, d.since, packets_in, packets_out, held)
+            )
         return tuple(out)
 
     def selection_key(self) -> str | None:

@@ -11,6 +11,9 @@ and keep time for them (h11's ``Connection``, mitmproxy's layers).
 - ``vm``       VmSession: the lifecycle table, the DDM conversation, reply expectations, polls,
                release (``calls``: the API-call half; ``settings``: what it decides with)
 - ``router``   who receives each packet from the VM, and how a debugger's commands reach it
+- ``bridge``   the rules for several debuggers on one VM: event ownership, held events,
+               leaving without disturbing the others (``split``: who receives which events;
+               ``suspensions``: who holds which suspension, what the VM is told when one lets go)
 - ``model``    identity, threads and heaps of one VM, and the snapshots the registry serves
 - ``words``    the sentences a user reads when a VM lacks a feature
 """

@@ -8,19 +8,22 @@ From the VM:
     reply ──IdRewriter.resolve──▶ a debugger's id ─▶ SendToDebugger (its own id restored)
                                └▶ anyone else (ddmd's own calls, chunk handlers) ─▶ owner.on_reply
     DDM command (a push) ──────▶ owner.on_push
-    other command (an event) ──▶ every attached debugger; with none attached, a VM_START that
-                                 suspends the VM is kept for the first one, the rest dropped
+    Event.Composite ───────────▶ bridge: each attached debugger gets its own events; with none
+                                 attached, a VM_START that suspends the VM is kept for the
+                                 first one, the rest dropped
 
 From a debugger (``bridge.py`` holds the per-debugger rules):
 
     handshake ─▶ answered here, once the VM connection is ready
-    command ───▶ Dispose answered here; IDSizes from the cache; otherwise a fresh VM-side id
-                 from the one IdRewriter and SendToVm
+    command ───▶ Dispose answered here; IDSizes from the cache; event requests, suspend and
+                 resume, hold and release of events through the bridge's rules; otherwise a
+                 fresh VM-side id from the one IdRewriter and SendToVm
     reply ─────▶ dropped (a VM never expects replies)
 
 Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
 Large packets (over ``stream_threshold``) are relayed in pieces: ``SendToDebugger(more=True)``
-until the last piece, and nothing else goes to that debugger in between.
+until the last piece, and nothing else goes to that debugger in between. Large events, and
+replies the bridge must read, are gathered whole first (bounded by ``max_packet``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from ddmd.protocol.jdwp import (
     CommandPacket,
     CommandSet,
     ConnectionClosed,
+    EventCommand,
     EventKind,
     Handshake,
+    IdSizes,
     PacketDecoder,
     PacketHeader,
     PacketPiece,
@@ -50,6 +55,7 @@ from ddmd.protocol.jdwp import (
     encode,
     encode_header,
 )
+from ddmd.session.bridge import BRIDGE_ORIGIN, BRIDGED, Bridge
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
@@ -59,7 +65,7 @@ __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
 _COMMAND_HEADER = struct.Struct(">IIBBB")
 _REPLY_HEADER = struct.Struct(">IIBH")
 
-_EVENT_COMPOSITE = 100
+_EVENT_COMPOSITE = EventCommand.COMPOSITE
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,7 @@ class _Relay:
     owner_header: PacketHeader | None = None
     buffer: bytearray | None = None
     pending: Pending | None = None
+    whole: PacketHeader | None = None  # gathered, then routed as one packet
 
 
 def _is_suspending_vm_start(packet: CommandPacket) -> bool:
@@ -135,6 +142,7 @@ class Router:
     _held_vm_start: bytes | None = None
     _id_sizes: bytes | None = None
     _relay: _Relay | None = None
+    bridge: Bridge = field(init=False)
     attached_count: int = 0
     packets_to_vm: int = 0
     packets_to_debuggers: int = 0
@@ -143,6 +151,7 @@ class Router:
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
+        self.bridge = Bridge(self)
 
     def _new_decoder(self) -> PacketDecoder:
         return PacketDecoder(max_length=self.max_packet, stream_threshold=self.stream_threshold)
@@ -201,6 +210,7 @@ class Router:
         self._decoder = self._new_decoder()
         self._relay = None
         self.ready = True
+        self.bridge.reset()
         out: list[Command] = []
         for debugger in self._waiting:
             out += self._complete_handshake(debugger)
@@ -213,6 +223,7 @@ class Router:
         """The same connection is usable for debuggers again (the VM acknowledged a release):
         held handshakes complete now."""
         self.ready = True
+        self.bridge.reset()
         out: list[Command] = []
         for debugger in self._waiting:
             out += self._complete_handshake(debugger)
@@ -225,6 +236,7 @@ class Router:
         or wait for the reconnect)."""
         self.ready = False
         self._relay = None
+        self.bridge.reset()
         return list(self.ids.drop_all())
 
     def vm_data(self, data: bytes) -> list[Command]:
@@ -236,13 +248,8 @@ class Router:
             if length == len(data) <= self.stream_threshold:
                 if flags == 0x80:
                     return self._vm_reply(ReplyPacket(packet_id, (b9 << 8) | b10, data[11:]))
-                if flags == 0 and b9 != CommandSet.DDM and self.attached_count:
-                    return [
-                        c
-                        for d in self._debuggers.values()
-                        if d.attached
-                        for c in self._send(d, data)  # events go on unchanged
-                    ]
+                if flags == 0 and b9 != CommandSet.DDM:
+                    return self._vm_command(CommandPacket(packet_id, b9, b10, data[11:]), data)
         decoder.receive_data(data)
         out: list[Command] = []
         while True:
@@ -262,31 +269,51 @@ class Router:
 
     def _vm_reply(self, packet: ReplyPacket) -> list[Command]:
         pending = self.ids.resolve(packet.id)
+        watched = packet.id in self.bridge.watch
         if pending is None:
+            if watched:  # a departed debugger's event request: the bridge clears it
+                return self.bridge.reply(None, packet)[1]
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if not isinstance(origin, DebuggerOrigin):
+            if origin is BRIDGE_ORIGIN:
+                return self.bridge.reply(pending, packet)[1]
             return self.on_reply(pending, packet)
-        if (
+        out: list[Command] = []
+        if watched:
+            passed, out = self.bridge.reply(pending, packet)
+            if passed is None:
+                return out
+            packet = passed
+        elif (
             pending.command_set == CommandSet.VIRTUAL_MACHINE
             and pending.command == VirtualMachineCommand.ID_SIZES
             and not packet.error_code
         ):
-            self._id_sizes = packet.data
+            out = self._learn_id_sizes(packet.data)
         debugger = self._debuggers.get(origin.debugger)
         if debugger is None:
-            return []
+            return out
         body = packet.data
         data = _REPLY_HEADER.pack(11 + len(body), pending.original_id, 0x80, packet.error_code)
-        return self._send(debugger, data + body)
+        return out + self._send(debugger, data + body)
 
-    def _vm_command(self, packet: CommandPacket) -> list[Command]:
+    def _learn_id_sizes(self, data: bytes) -> list[Command]:
+        self._id_sizes = data
+        try:
+            self.bridge.sizes = IdSizes.decode(data)
+        except ProtocolError as exc:
+            return [Log("vm.protocol_error", "warning", {"error": str(exc)})]
+        return []
+
+    def _vm_command(self, packet: CommandPacket, raw: bytes | None = None) -> list[Command]:
         if packet.command_set == CommandSet.DDM:
             return self.on_push(packet)
-        attached = [d for d in self._debuggers.values() if d.attached]
-        if attached:
-            data = encode(packet)
-            return [c for d in attached for c in self._send(d, data)]
+        if self.attached_count:
+            data = encode(packet) if raw is None else raw
+            if packet.command_set == CommandSet.EVENT and packet.command == _EVENT_COMPOSITE:
+                return self.bridge.composite(packet, data)
+            return [c for d in self._debuggers.values() if d.attached for c in self._send(d, data)]
         if _is_suspending_vm_start(packet):
             self._held_vm_start = encode(packet)
             return [Log("vm.start_held")]
@@ -314,6 +341,11 @@ class Router:
 
     def _relay_start(self, header: PacketHeader) -> list[Command]:
         relay = self._relay = _Relay()
+        if (header.is_reply and header.id in self.bridge.watch) or (
+            not header.is_reply and header.command_set != CommandSet.DDM
+        ):
+            relay.whole, relay.buffer = header, bytearray()  # the bridge reads it whole
+            return []
         if header.is_reply:
             pending = self.ids.resolve(header.id)
             if pending is None:
@@ -329,14 +361,7 @@ class Router:
                 return [self._to_debugger(debugger, data, more=True)]
             relay.pending, relay.owner_header, relay.buffer = pending, header, bytearray()
             return []
-        if header.command_set == CommandSet.DDM:
-            return [Log("ddm.push_discarded", fields={"id": header.id, "length": header.length})]
-        attached = [d for d in self._debuggers.values() if d.attached]
-        relay.debuggers = tuple(d.id for d in attached)
-        data = encode_header(header)
-        for d in attached:
-            d.streaming = True
-        return [self._to_debugger(d, data, more=True) for d in attached]
+        return [Log("ddm.push_discarded", fields={"id": header.id, "length": header.length})]
 
     def _relay_piece(self, piece: PacketPiece) -> list[Command]:
         relay = self._relay
@@ -355,7 +380,15 @@ class Router:
             relay.buffer += piece.data
         if piece.last:
             self._relay = None
-            if relay.pending is not None and relay.owner_header is not None:
+            whole = relay.whole
+            if whole is not None:
+                body = bytes(relay.buffer or b"")
+                if whole.is_reply:
+                    out += self._vm_reply(ReplyPacket(whole.id, whole.error_code, body))
+                else:
+                    packet = CommandPacket(whole.id, whole.command_set, whole.command, body)
+                    out += self._vm_command(packet)
+            elif relay.pending is not None and relay.owner_header is not None:
                 header = relay.owner_header
                 reply = ReplyPacket(header.id, header.error_code, bytes(relay.buffer or b""))
                 out += self.on_reply(relay.pending, reply)
@@ -372,6 +405,29 @@ class Router:
         self.packets_to_vm += 1
         self.bytes_to_vm += len(packet)
         return vm_id, SendToVm(packet)
+
+    # ------------------------------------------------------------------ the bridge's host
+
+    def bridge_send(self, command_set: int, command: int, data: bytes) -> tuple[int, list[Command]]:
+        vm_id, send = self.send_own(BRIDGE_ORIGIN, command_set, command, data, math.inf)
+        return vm_id, [send]
+
+    def bridge_forward(self, debugger: int, packet: CommandPacket) -> tuple[int, list[Command]]:
+        d = self._debuggers[debugger]
+        vm_id = self.ids.allocate(d.origin, packet.id, packet.command_set, packet.command, math.inf)
+        body = packet.data
+        head = _COMMAND_HEADER.pack(11 + len(body), vm_id, 0, packet.command_set, packet.command)
+        self.packets_to_vm += 1
+        self.bytes_to_vm += 11 + len(body)
+        return vm_id, [SendToVm(head + body)]
+
+    def bridge_to_debugger(self, debugger: int, data: bytes) -> list[Command]:
+        d = self._debuggers.get(debugger)
+        return [] if d is None else self._send(d, data)
+
+    def bridge_describe(self, debugger: int) -> dict[str, object]:
+        d = self._debuggers.get(debugger)
+        return {} if d is None else {"peer": d.peer, "via": d.via}
 
     # ------------------------------------------------------------------ debuggers
 
@@ -398,6 +454,7 @@ class Router:
                 length == len(data) <= self.max_packet
                 and flags == 0
                 and command_set != CommandSet.VIRTUAL_MACHINE
+                and (command_set << 8) | command not in BRIDGED
                 and self.ready
             ):
                 debugger.packets_in += 1
@@ -453,6 +510,7 @@ class Router:
             return []
         debugger.attached = True
         self.attached_count += 1
+        self.bridge.joined(number)
         out: list[Command] = [
             SendToDebugger(number, HANDSHAKE),
             Log(
@@ -462,7 +520,8 @@ class Router:
         ]
         held, self._held_vm_start = self._held_vm_start, None
         if held is not None:
-            out += self._send(debugger, held)
+            packet = CommandPacket(int.from_bytes(held[4:8], "big"), held[9], held[10], held[11:])
+            out += self.bridge.composite(packet, held)
         return out
 
     def _debugger_command(
@@ -479,17 +538,9 @@ class Router:
                 return self._send(debugger, reply), None
         if not self.ready:
             return [], "the VM is not connected"
-        vm_id = self.ids.allocate(
-            debugger.origin, packet.id, packet.command_set, packet.command, math.inf
-        )
-        body = packet.data
-        data = (
-            _COMMAND_HEADER.pack(11 + len(body), vm_id, 0, packet.command_set, packet.command)
-            + body
-        )
-        self.packets_to_vm += 1
-        self.bytes_to_vm += len(data)
-        return [SendToVm(data)], None
+        if (packet.command_set << 8) | packet.command in BRIDGED:
+            return self.bridge.command(debugger.id, packet), None
+        return self.bridge_forward(debugger.id, packet)[1], None
 
     def debugger_left(self, number: int) -> tuple[bool, list[Command]]:
         """Forget a debugger: its pending ids go, and nothing more is sent to it. Returns whether
@@ -499,9 +550,14 @@ class Router:
             self._waiting.remove(number)
         if debugger is None:
             return False, []
-        self.ids.drop_origin(debugger.origin)
+        dropped = self.ids.drop_origin(debugger.origin)
+        out: list[Command] = [CloseDebugger(number, "left")]
         if debugger.attached:
             self.attached_count -= 1
+            if not self.attached_count:
+                self.bridge.reset()  # the release (DBGD, or a new connection) drops it all
+            elif self.ready:
+                out += self.bridge.left(number, dropped)  # the others go on undisturbed
         if self._relay is not None and number in self._relay.debuggers:
             self._relay.debuggers = tuple(d for d in self._relay.debuggers if d != number)
-        return debugger.attached, [CloseDebugger(number, "left")]
+        return debugger.attached, out

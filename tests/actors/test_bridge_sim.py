@@ -206,7 +206,7 @@ async def test_dbgd_acknowledged_keeps_the_connection(tmp_path) -> None:
 async def test_current_port_refuses_with_a_reason(tmp_path) -> None:
     first, second = free_port_range(2)
     with trio.fail_after(CAP):
-        async with monitor([first, second], tmp_path) as h:
+        async with monitor([first, second], tmp_path, debugger={"max_per_vm": 1}) as h:
             current_port = h.started.current_port
             # No VM at all.
             await expect_refused(current_port)

@@ -636,3 +636,25 @@ def test_devices_with_adb_on_and_no_device_says_none_is_known(monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("no Android devices are known to the daemon")
     assert "turned off" not in result.stdout
+
+
+def test_clients_lists_every_attached_debugger():
+    from ddmd.cli.format import format_clients
+    from ddmd.session.model import DebuggerSnapshot
+
+    snap = FakeVm.android(
+        "tcp:8000",
+        debugger="127.0.0.1:5005 via vm-port, 127.0.0.1:5006 via current",
+        debuggers=(
+            DebuggerSnapshot("127.0.0.1:5005", "vm-port", 8600, 1700000000.0, 12, 30, 1),
+            DebuggerSnapshot("127.0.0.1:5006", "current", 8700, 1700000001.0, 4, 9, 0),
+        ),
+    ).snap.to_json()
+    text = format_clients([snap])
+    lines = text.splitlines()
+    start = lines.index("debuggers attached:")
+    first, second = (line.split() for line in lines[start + 2 : start + 4])
+    assert first[:4] == ["tcp:8000", "127.0.0.1:5005", "vm-port", "8600"]
+    assert first[-3:] == ["12", "30", "1"]
+    assert second[:4] == ["tcp:8000", "127.0.0.1:5006", "current", "8700"]
+    assert second[-3:] == ["4", "9", "0"]

@@ -572,9 +572,14 @@ async def test_jdb_on_sim_multiplexes_and_releases(ack_dbgd, jdk, tmp_path):
 
 
 async def test_second_debugger_is_rejected_naming_the_holder(jdk, classes, tmp_path):
+    """With [debugger] max_per_vm = 1 (one debugger per VM, as before several were allowed)."""
     (port,) = free_port_range(1)
+    single = {"max_per_vm": 1}
     with trio.fail_after(CAP):
-        async with monitor([port], tmp_path) as h, run_jvm(jdk, classes, port) as jvm:
+        async with (
+            monitor([port], tmp_path, debugger=single) as h,
+            run_jvm(jdk, classes, port) as jvm,
+        ):
             vm = await wait_ready(h, port)
             async with jdb_session(jdk, vm["debugger_port"], "holder") as jdb:
                 await jdb.attached()

@@ -518,6 +518,14 @@
       : id;
     setText($("detail-sub"), sub);
     note($("detail-note"), vm ? "" : "This VM is gone: ddmd lost its connection.");
+    const debuggers = (vm && vm.debuggers) || [];
+    const dbg = $("detail-debuggers");
+    dbg.hidden = debuggers.length === 0;
+    setText(dbg, debuggers.length === 0 ? "" : "Debuggers: " + debuggers.map((d) =>
+      `${d.peer} via ${d.via === "current" ? "current-VM port" : "its port"} ${d.port ?? ""}` +
+      ` since ${d.since ? new Date(d.since * 1000).toLocaleTimeString() : "?"},` +
+      ` ${d.packets_in} commands, ${d.suspensions} suspension${d.suspensions === 1 ? "" : "s"} held`
+    ).join("; "));
     if (!vm && !state.shownGone) {
       state.shownGone = true;
       stopThreads();

@@ -1,0 +1,592 @@
+"""The per-debugger rules of a VM shared by several debuggers: event ownership, the split of event
+packets, suspension accounting, held events, and leaving without disturbing the others.
+
+Layer: standard library and ``ddmd.protocol`` only (sans-IO: no sockets, no clock, no logging;
+log lines are ``Log`` commands). The ``Router`` owns one ``Bridge`` and hands it the commands,
+replies and events these rules are about; the bridge answers through the router (``BridgeHost``).
+
+Event ownership. A debugger's EventRequest.Set reply gives the requestID it owns (with the
+suspend policy it asked for). Its Clear of its own request goes to the VM; a Clear of a request
+it does not own is answered here as OpenJDK's agent answers a Clear of an unknown id: an empty
+success reply (``eventHandler_freeByID`` returns NONE when nothing matches; an event kind the
+agent does not know gets INVALID_EVENT_TYPE), and never reaches the VM. ClearAllBreakpoints
+becomes one EventRequest.Clear per breakpoint request of the sender, answered when the VM has
+answered them all (at once when it owns none).
+
+Event split (``split.py``). Each debugger receives a composite with only its own events, under
+the suspend policy it asked for; requestID 0 events go to every debugger; a debugger that gets
+the whole composite under the VM's own policy gets the VM's bytes unchanged (always so with one
+debugger). Dropped events are logged at debug level, and whatever they suspended ddmd releases.
+A composite that cannot be split (an event of unknown length; several events before the VM's
+id sizes are known) goes whole to every debugger, each then holding what it says, and is logged.
+
+Suspensions (``suspensions.py``: the ledger and its rules). Each suspension the VM applies is
+recorded with the debuggers that hold it. A debugger's resume lowers its own counts only; the VM
+is told to release a thread only when no debugger holds it any more, by the debugger's own
+command when that is exactly the release (so one debugger alone sees today's traffic), else by
+ddmd's own commands and a success reply here. Two debuggers that receive the same all-thread
+suspension in one composite share it: the VM was suspended once, and is resumed once, when the
+last of them resumes. A resume that balances nothing of the sender's is answered here, unless
+the sender is the only debugger attached: then it goes to the VM as today.
+
+What cannot be hidden: a thread suspended by one debugger is suspended for all (ThreadReference
+.Status says so, frames can be read). ThreadReference.SuspendCount answers the VM's count less
+the suspensions that hold the thread for other debuggers only: the sender's own count, as if it
+were alone, and never more than the VM's; a suspension ddmd never saw stays visible. JDWP has no
+ThreadGroup suspend (JDI suspends a group thread by thread), so there is nothing more to count.
+A method invocation (ClassType/ObjectReference.InvokeMethod without INVOKE_SINGLE_THREADED)
+lets every suspended thread run until it returns, another debugger's held threads included: the
+VM does that, and ddmd does not change a debugger's invoke options.
+Commands that need a thread id (ThreadReference.Suspend/Resume/SuspendCount) are only accounted
+once the VM's IDSizes reply has been seen (JDI asks for it first); before that they pass through
+untracked, and the log says so.
+
+HoldEvents/ReleaseEvents are per debugger: answered here; that debugger's events wait in a queue
+(bounded: past ``MAX_HELD_EVENTS`` it gets them at once, and the log says so).
+
+Leaving: when a debugger leaves and others stay, ddmd clears each request it owns and releases
+exactly the suspensions it held (ddmd's own commands; their replies are consumed), and a Set of its
+still in flight is cleared when its reply arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from ddmd.protocol.errors import ProtocolError
+from ddmd.protocol.idmap import Pending
+from ddmd.protocol.jdwp import (
+    CommandPacket,
+    CommandSet,
+    ErrorCode,
+    EventKind,
+    IdSizes,
+    ReplyPacket,
+    SuspendPolicy,
+    VirtualMachineCommand,
+    encode,
+)
+from ddmd.protocol.jdwpevents import (
+    CLEARABLE_KINDS,
+    THREAD_FIRST_KINDS,
+    Composite,
+    EventRequestClear,
+    EventRequestSet,
+    decode_composite,
+    decode_int,
+    decode_object_id,
+    encode_composite,
+    encode_int,
+    encode_object_id,
+)
+from ddmd.session.commands import Command, Log
+from ddmd.session.split import Request, split
+from ddmd.session.suspensions import ALL_THREADS, RESUME_ALL, Ledger, Op, Suspension, ThreadSet
+
+__all__ = ["BRIDGED", "BRIDGE_ORIGIN", "Bridge", "BridgeHost"]
+
+VM: Final = CommandSet.VIRTUAL_MACHINE
+THREAD: Final = CommandSet.THREAD_REFERENCE
+REQUEST: Final = CommandSet.EVENT_REQUEST
+_T_SUSPEND: Final = 2
+_T_RESUME: Final = 3
+_T_SUSPEND_COUNT: Final = 12
+_SET, _CLEAR, _CLEAR_ALL_BREAKPOINTS = 1, 2, 3
+
+#: (command set << 8 | command) of every debugger command these rules look at.
+BRIDGED: Final = frozenset(
+    (cs << 8) | c
+    for cs, c in (
+        (VM, VirtualMachineCommand.SUSPEND),
+        (VM, VirtualMachineCommand.RESUME),
+        (VM, VirtualMachineCommand.EXIT),
+        (VM, VirtualMachineCommand.HOLD_EVENTS),
+        (VM, VirtualMachineCommand.RELEASE_EVENTS),
+        (THREAD, _T_SUSPEND),
+        (THREAD, _T_RESUME),
+        (THREAD, _T_SUSPEND_COUNT),
+        (REQUEST, _SET),
+        (REQUEST, _CLEAR),
+        (REQUEST, _CLEAR_ALL_BREAKPOINTS),
+    )
+)
+
+MAX_HELD_EVENTS: Final = 4096
+MAX_RETIRED: Final = 4096
+
+
+class _BridgeOrigin:
+    """The id-map origin of the commands ddmd sends for these rules."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ddmd-bridge"
+
+
+BRIDGE_ORIGIN: Final = _BridgeOrigin()
+
+
+class BridgeHost(Protocol):
+    """What the bridge needs of the router."""
+
+    def attached(self) -> tuple[int, ...]: ...
+
+    def bridge_describe(self, debugger: int) -> dict[str, object]: ...
+
+    def bridge_forward(self, debugger: int, packet: CommandPacket) -> tuple[int, list[Command]]:
+        """Send a debugger's command on to the VM; its VM-side id and the commands."""
+        ...
+
+    def bridge_send(self, command_set: int, command: int, data: bytes) -> tuple[int, list[Command]]:
+        """Send a command of ddmd's own (origin ``BRIDGE_ORIGIN``)."""
+        ...
+
+    def bridge_to_debugger(self, debugger: int, data: bytes) -> list[Command]: ...
+
+
+@dataclass(slots=True)
+class _Member:
+    holding: bool = False
+    queue: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Gate:
+    """A ClearAllBreakpoints answered once the VM answered all its Clears."""
+
+    debugger: int
+    original_id: int
+    remaining: int
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _SetWatch:
+    debugger: int
+    kind: int
+    policy: int
+
+
+@dataclass(frozen=True, slots=True)
+class _OrphanSet:
+    kind: int
+
+
+@dataclass(frozen=True, slots=True)
+class _SuspendWatch:
+    debugger: int
+    suspension: Suspension
+
+
+@dataclass(frozen=True, slots=True)
+class _CountWatch:
+    debugger: int
+    thread: int
+
+
+@dataclass(frozen=True, slots=True)
+class _GateWatch:
+    gate: _Gate
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    what: str
+
+
+_Watch = _SetWatch | _OrphanSet | _SuspendWatch | _CountWatch | _GateWatch | _Quiet
+
+
+class Bridge:
+    """The rules above for one VM connection. ``sizes`` comes from the VM's IDSizes reply."""
+
+    def __init__(self, host: BridgeHost) -> None:
+        self.host = host
+        self.sizes: IdSizes | None = None
+        self.requests: dict[int, Request] = {}
+        self.retired: dict[int, None] = {}  # cleared requests, newest last (bounded)
+        self.ledger = Ledger()
+        self.watch: dict[int, _Watch] = {}  # VM-side id -> what its reply means here
+        self.members: dict[int, _Member] = {}
+
+    def reset(self) -> None:
+        """The VM dropped every debugger's state (a new connection, or a release)."""
+        self.requests.clear()
+        self.retired.clear()
+        self.ledger.clear()
+        self.watch.clear()
+        self.members.clear()
+
+    # ------------------------------------------------------------------ queries
+
+    def held_by(self, debugger: int) -> int:
+        """How many suspensions ``debugger`` holds."""
+        return self.ledger.held_by(debugger)
+
+    def owned_by(self, debugger: int) -> int:
+        """How many event requests ``debugger`` owns."""
+        return sum(1 for r in self.requests.values() if r.owner == debugger)
+
+    def suspend_count(self, debugger: int, thread: int) -> int:
+        """The suspend count of ``thread`` as ``debugger`` would see it alone."""
+        return self.ledger.count(debugger, thread)
+
+    # ------------------------------------------------------------------ debuggers
+
+    def joined(self, debugger: int) -> None:
+        self.members[debugger] = _Member()
+
+    def left(self, debugger: int, dropped: tuple[Pending, ...]) -> list[Command]:
+        """``debugger`` left while others stay: clear its requests and release its
+        suspensions. ``dropped``: its commands still waiting for a reply."""
+        for pending in dropped:
+            watch = self.watch.get(pending.vm_id)
+            if isinstance(watch, _SetWatch):
+                self.watch[pending.vm_id] = _OrphanSet(watch.kind)  # cleared once answered
+            elif watch is not None:
+                del self.watch[pending.vm_id]
+        for watch in self.watch.values():
+            if isinstance(watch, _GateWatch) and watch.gate.debugger == debugger:
+                watch.gate.alive = False
+        self.members.pop(debugger, None)
+        out: list[Command] = []
+        mine = [rid for rid, r in self.requests.items() if r.owner == debugger]
+        for rid in mine:
+            request = self._retire(rid)
+            out += self._clear(request.kind, rid, _Quiet("clear of a departed debugger's request"))
+        held, ops = self.ledger.release(debugger)
+        out += self._send_ops(ops)
+        out.insert(
+            0,
+            Log(
+                "debugger.released",
+                fields={"debugger": debugger, "requests": len(mine), "suspensions": held},
+            ),
+        )
+        return out
+
+    # ------------------------------------------------------------------ debugger commands
+
+    def command(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        """One command of ``debugger`` whose (set, command) is in ``BRIDGED``."""
+        cs, c = packet.command_set, packet.command
+        if cs == VM:
+            if c == VirtualMachineCommand.SUSPEND:
+                return self._suspend(debugger, packet, ALL_THREADS, "VM.Suspend")
+            if c == VirtualMachineCommand.RESUME:
+                return self._resume_all(debugger, packet)
+            if c == VirtualMachineCommand.EXIT:
+                # It ends every debugger's session: said louder when there are others.
+                others = len(self.host.attached()) - 1
+                fields = {"debugger": debugger, **self.host.bridge_describe(debugger)}
+                log = Log("vm.exit_requested", "warning" if others else "info", fields)
+                log.fields["others"] = others
+                return [log, *self.host.bridge_forward(debugger, packet)[1]]
+            if c == VirtualMachineCommand.HOLD_EVENTS:
+                self._member(debugger).holding = True
+                return self._reply(debugger, packet.id)
+            if c == VirtualMachineCommand.RELEASE_EVENTS:
+                member = self._member(debugger)
+                member.holding = False
+                queued, member.queue = member.queue, []
+                out = self._reply(debugger, packet.id)
+                for data in queued:
+                    out += self.host.bridge_to_debugger(debugger, data)
+                return out
+        elif cs == THREAD:
+            thread = self._thread_of(packet)
+            if thread is None:
+                return self._untracked(debugger, packet)
+            if c == _T_SUSPEND:
+                return self._suspend(
+                    debugger, packet, ThreadSet.one(thread), "ThreadReference.Suspend"
+                )
+            if c == _T_RESUME:
+                return self._resume_thread(debugger, packet, thread)
+            if c == _T_SUSPEND_COUNT:
+                vm_id, out = self.host.bridge_forward(debugger, packet)
+                self.watch[vm_id] = _CountWatch(debugger, thread)
+                return out
+        elif cs == REQUEST:
+            if c == _SET:
+                return self._set(debugger, packet)
+            if c == _CLEAR:
+                return self._clear_one(debugger, packet)
+            if c == _CLEAR_ALL_BREAKPOINTS:
+                return self._clear_breakpoints(debugger, packet)
+        return self.host.bridge_forward(debugger, packet)[1]
+
+    def _member(self, debugger: int) -> _Member:
+        return self.members.setdefault(debugger, _Member())
+
+    def _alone(self, debugger: int) -> bool:
+        return self.host.attached() == (debugger,)
+
+    def _reply(
+        self, debugger: int, packet_id: int, error: int = 0, data: bytes = b""
+    ) -> list[Command]:
+        return self.host.bridge_to_debugger(debugger, encode(ReplyPacket(packet_id, error, data)))
+
+    def _thread_of(self, packet: CommandPacket) -> int | None:
+        if self.sizes is None or len(packet.data) < self.sizes.object_id:
+            return None
+        return decode_object_id(packet.data, self.sizes.object_id)
+
+    def _untracked(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        why = "the VM's id sizes are not known" if self.sizes is None else "no thread id in it"
+        log = Log(
+            "vm.suspension_untracked",
+            "warning",
+            {"debugger": debugger, "command": f"{packet.command_set}/{packet.command}", "why": why},
+        )
+        return [log, *self.host.bridge_forward(debugger, packet)[1]]
+
+    # ------------------------------------------------------------------ event requests
+
+    def _set(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        vm_id, out = self.host.bridge_forward(debugger, packet)
+        try:
+            request = EventRequestSet.decode(packet.data)
+        except ProtocolError:
+            return out  # the VM answers it with an error
+        self.watch[vm_id] = _SetWatch(debugger, request.event_kind, request.suspend_policy)
+        return out
+
+    def _clear_one(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        if len(packet.data) < 5:
+            return self.host.bridge_forward(debugger, packet)[1]  # the VM answers the error
+        clear = EventRequestClear.decode(packet.data[:5])  # the agent reads these 5 bytes only
+        request = self.requests.get(clear.request_id)
+        if request is None or request.owner != debugger:
+            # Not the sender's: answered as the VM answers a Clear of an unknown request.
+            error = 0 if clear.event_kind in CLEARABLE_KINDS else ErrorCode.INVALID_EVENT_TYPE
+            return self._reply(debugger, packet.id, error)
+        if request.kind == clear.event_kind:
+            self._retire(clear.request_id)
+        return self.host.bridge_forward(debugger, packet)[1]
+
+    def _clear_breakpoints(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        mine = [
+            rid
+            for rid, r in self.requests.items()
+            if r.owner == debugger and r.kind == EventKind.BREAKPOINT
+        ]
+        if not mine:
+            return self._reply(debugger, packet.id)
+        gate = _Gate(debugger, packet.id, len(mine))
+        out: list[Command] = []
+        for rid in mine:
+            self._retire(rid)
+            out += self._clear(EventKind.BREAKPOINT, rid, _GateWatch(gate))
+        return out
+
+    def _retire(self, request_id: int) -> Request:
+        """A request is being cleared: its events still on their way are dropped."""
+        request = self.requests.pop(request_id)
+        self._retired(request_id)
+        return request
+
+    def _retired(self, request_id: int) -> None:
+        self.retired[request_id] = None
+        if len(self.retired) > MAX_RETIRED:
+            del self.retired[next(iter(self.retired))]
+
+    def _clear(self, kind: int, request_id: int, watch: _Watch) -> list[Command]:
+        data = EventRequestClear(kind, request_id).encode()
+        vm_id, out = self.host.bridge_send(REQUEST, _CLEAR, data)
+        self.watch[vm_id] = watch
+        return out
+
+    # ------------------------------------------------------------------ replies
+
+    def reply(
+        self, pending: Pending | None, packet: ReplyPacket
+    ) -> tuple[ReplyPacket | None, list[Command]]:
+        """A reply whose id is watched here, or one to ddmd's own command (origin
+        ``BRIDGE_ORIGIN``), or one to a departed debugger's watched command (``pending`` None).
+        Returns the reply to pass on to the debugger that asked (None: nothing to pass on)."""
+        watch = self.watch.pop(packet.id, None)
+        error = packet.error_code
+        if pending is None or pending.origin is BRIDGE_ORIGIN:
+            return None, self._own_reply(watch, packet)
+        if isinstance(watch, _SetWatch) and not error:
+            try:
+                request_id = decode_int(packet.data)
+            except ProtocolError as exc:
+                return packet, [Log("vm.protocol_error", "warning", {"error": str(exc)})]
+            self.requests[request_id] = Request(watch.debugger, watch.kind, watch.policy)
+        elif isinstance(watch, _SuspendWatch) and error:
+            self.ledger.forget(watch.suspension)  # it never happened
+        elif isinstance(watch, _CountWatch) and not error and len(packet.data) >= 4:
+            real = decode_int(packet.data)
+            others = self.ledger.others(watch.debugger, watch.thread)
+            if others and real > 0:
+                data = encode_int(max(0, real - others)) + packet.data[4:]
+                return ReplyPacket(packet.id, 0, data), []
+        return packet, []
+
+    def _own_reply(self, watch: _Watch | None, packet: ReplyPacket) -> list[Command]:
+        out: list[Command] = []
+        if isinstance(watch, _OrphanSet):
+            if not packet.error_code and len(packet.data) >= 4:
+                request_id = decode_int(packet.data)
+                self._retired(request_id)
+                out += self._clear(watch.kind, request_id, _Quiet("clear of an orphaned request"))
+        elif isinstance(watch, _GateWatch):
+            gate = watch.gate
+            gate.remaining -= 1
+            if gate.remaining == 0 and gate.alive:
+                out += self._reply(gate.debugger, gate.original_id)
+        elif isinstance(watch, _Quiet) and packet.error_code:
+            out.append(
+                Log(
+                    "vm.command_refused",
+                    "debug",
+                    {"what": watch.what, "error": packet.error_code},
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ suspensions
+
+    def _suspend(
+        self, debugger: int, packet: CommandPacket, scope: ThreadSet, cause: str
+    ) -> list[Command]:
+        vm_id, out = self.host.bridge_forward(debugger, packet)
+        suspension = self.ledger.add_own(debugger, scope, cause)
+        self.watch[vm_id] = _SuspendWatch(debugger, suspension)
+        return out
+
+    def _resume_all(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        ops = self.ledger.resume_all(debugger)
+        if ops is None:
+            return self._unbalanced(debugger, packet)
+        return self._resumed(debugger, packet, ops, RESUME_ALL)
+
+    def _resume_thread(self, debugger: int, packet: CommandPacket, thread: int) -> list[Command]:
+        ops = self.ledger.resume_thread(debugger, thread)
+        if ops is None:
+            return self._unbalanced(debugger, packet)
+        return self._resumed(debugger, packet, ops, ("resume", thread))
+
+    def _unbalanced(self, debugger: int, packet: CommandPacket) -> list[Command]:
+        """A resume that balances none of the sender's suspensions."""
+        if self._alone(debugger):
+            return self.host.bridge_forward(debugger, packet)[1]  # as today
+        return self._reply(debugger, packet.id)
+
+    def _resumed(
+        self, debugger: int, packet: CommandPacket, ops: list[Op], same: Op
+    ) -> list[Command]:
+        if ops == [same] or self._alone(debugger):
+            # The debugger's own command is the release (alone, it is exactly what the VM
+            # would have been told without ddmd in between).
+            return self.host.bridge_forward(debugger, packet)[1]
+        return self._send_ops(ops) + self._reply(debugger, packet.id)
+
+    def _send_ops(self, ops: list[Op]) -> list[Command]:
+        out: list[Command] = []
+        for what, thread in ops:
+            command_set: int
+            command: int
+            if what == "resume all":
+                command_set, command, data = VM, VirtualMachineCommand.RESUME, b""
+            elif self.sizes is None:  # never: threads are only known with the sizes
+                continue
+            else:
+                command_set = THREAD
+                command = _T_SUSPEND if what == "suspend" else _T_RESUME
+                data = encode_object_id(thread, self.sizes.object_id)
+            vm_id, sent = self.host.bridge_send(command_set, command, data)
+            self.watch[vm_id] = _Quiet(what)
+            out += sent
+        return out
+
+    # ------------------------------------------------------------------ events
+
+    def composite(self, packet: CommandPacket, raw: bytes) -> list[Command]:
+        """An Event.Composite from the VM (``raw``: its bytes), with debuggers attached."""
+        attached = self.host.attached()
+        try:
+            composite = decode_composite(packet.data, self.sizes)
+        except ProtocolError as exc:
+            return self._undivided(packet, raw, attached, str(exc))
+        parts = split(composite, self.requests, attached, self.retired, self.sizes)
+        out: list[Command] = [
+            Log("vm.event_dropped", "debug", {"kind": e.kind, "request": e.request_id})
+            for e in parts.dropped
+        ]
+        vm_policy = composite.suspend_policy
+        for d, share in parts.shares.items():
+            if len(share.events) == len(composite.events) and share.policy == vm_policy:
+                data = raw
+            else:
+                body = encode_composite(Composite(share.policy, share.events))
+                data = encode(CommandPacket(packet.id, CommandSet.EVENT, packet.command, body))
+            out += self._deliver(d, data)
+        grants = {d: (share.policy, share.thread) for d, share in parts.shares.items()}
+        return out + self._suspended(vm_policy, parts.thread, grants)
+
+    def _deliver(self, debugger: int, data: bytes) -> list[Command]:
+        member = self._member(debugger)
+        if not member.holding:
+            return self.host.bridge_to_debugger(debugger, data)
+        member.queue.append(data)
+        if len(member.queue) <= MAX_HELD_EVENTS:
+            return []
+        member.holding = False
+        queued, member.queue = member.queue, []
+        out: list[Command] = [
+            Log(
+                "debugger.hold_overflowed",
+                "warning",
+                {"debugger": debugger, "events": len(queued)},
+            )
+        ]
+        for item in queued:
+            out += self.host.bridge_to_debugger(debugger, item)
+        return out
+
+    def _suspended(
+        self, vm_policy: int, vm_thread: int | None, grants: dict[int, tuple[int, int | None]]
+    ) -> list[Command]:
+        """Record the suspension the VM applied for a composite, and release at once what no
+        debugger holds."""
+        if vm_policy == SuspendPolicy.NONE:
+            return []
+        out: list[Command] = []
+        if vm_policy == SuspendPolicy.ALL:
+            scope = ALL_THREADS
+        elif vm_thread:
+            scope = ThreadSet.one(vm_thread)
+        else:
+            return [Log("vm.suspension_untracked", "warning", {"why": "no event thread"})]
+        holders: dict[int, ThreadSet] = {}
+        for d, (policy, thread) in grants.items():
+            if policy == SuspendPolicy.ALL:
+                holders[d] = scope
+            elif policy == SuspendPolicy.EVENT_THREAD and thread and scope.covers(thread):
+                holders[d] = ThreadSet.one(thread)
+        return out + self._send_ops(self.ledger.add(scope, holders, "event"))
+
+    def _undivided(
+        self, packet: CommandPacket, raw: bytes, attached: tuple[int, ...], why: str
+    ) -> list[Command]:
+        """A composite that cannot be split: whole to everyone, each holding what it says."""
+        out: list[Command] = [Log("vm.event_unsplit", "warning", {"error": why})]
+        for d in attached:
+            out += self._deliver(d, raw)
+        data = packet.data
+        policy = data[0] if data else SuspendPolicy.NONE
+        thread: int | None = None
+        sizes = self.sizes
+        if (
+            sizes is not None
+            and len(data) >= 10 + sizes.object_id
+            and data[5] in THREAD_FIRST_KINDS
+        ):
+            thread = decode_object_id(data, sizes.object_id, 10)
+        grants = {d: (policy, thread) for d in attached}
+        return out + self._suspended(policy, thread, grants)
