@@ -509,11 +509,18 @@ class VmSession(CallsMixin):
 
     def _debugger_leaves(self, debugger: int, reason: str, now: float) -> None:
         self._waits.pop(debugger, None)
+        counts = self.router.debugger_statistics(debugger) or (0, 0, 0, 0)
         was_attached, commands = self.router.debugger_left(debugger)
         self._out += commands
         if not was_attached:
             return
-        self._log("debugger.detached", debugger=debugger, reason=reason)
+        self._log(
+            "debugger.detached",
+            debugger=debugger,
+            reason=reason,
+            packets_in=counts[0],
+            packets_out=counts[1],
+        )
         self._out.append(Changed())
         if self.router.attached() or self.state != "ready":
             return
