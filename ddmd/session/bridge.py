@@ -92,6 +92,13 @@ REQUEST: Final = CommandSet.EVENT_REQUEST
 _T_SUSPEND: Final = 2
 _T_RESUME: Final = 3
 _T_SUSPEND_COUNT: Final = 12
+_T_STATUS: Final = 4
+#: ThreadReference commands that need the thread suspended (frames, monitors), and StackFrame's:
+#: answered THREAD_NOT_SUSPENDED for a thread that only other debuggers hold (see ``_hidden``).
+_T_NEED_SUSPENDED: Final = frozenset({6, 7, 8, 9, 13})
+STACK_FRAME: Final = 16
+_F_NEED_SUSPENDED: Final = frozenset({1, 2, 3, 4})
+THREAD_NOT_SUSPENDED: Final = 13
 _SET, _CLEAR, _CLEAR_ALL_BREAKPOINTS = 1, 2, 3
 
 #: (command set << 8 | command) of every debugger command these rules look at.
@@ -106,6 +113,9 @@ BRIDGED: Final = frozenset(
         (THREAD, _T_SUSPEND),
         (THREAD, _T_RESUME),
         (THREAD, _T_SUSPEND_COUNT),
+        (THREAD, _T_STATUS),
+        *((THREAD, c) for c in _T_NEED_SUSPENDED),
+        *((STACK_FRAME, c) for c in _F_NEED_SUSPENDED),
         (REQUEST, _SET),
         (REQUEST, _CLEAR),
         (REQUEST, _CLEAR_ALL_BREAKPOINTS),
@@ -187,6 +197,14 @@ class _CountWatch:
 
 
 @dataclass(frozen=True, slots=True)
+class _StatusWatch:
+    """A ThreadReference.Status reply for a debugger to whom the thread looks running."""
+
+    debugger: int
+    thread: int
+
+
+@dataclass(frozen=True, slots=True)
 class _GateWatch:
     gate: _Gate
 
@@ -196,7 +214,7 @@ class _Quiet:
     what: str
 
 
-_Watch = _SetWatch | _OrphanSet | _SuspendWatch | _CountWatch | _GateWatch | _Quiet
+_Watch = _SetWatch | _OrphanSet | _SuspendWatch | _CountWatch | _StatusWatch | _GateWatch | _Quiet
 
 
 class Bridge:
@@ -309,6 +327,16 @@ class Bridge:
                 vm_id, out = self.host.bridge_forward(debugger, packet)
                 self.watch[vm_id] = _CountWatch(debugger, thread)
                 return out
+            if c == _T_STATUS and self._hidden(debugger, thread):
+                vm_id, out = self.host.bridge_forward(debugger, packet)
+                self.watch[vm_id] = _StatusWatch(debugger, thread)
+                return out
+            if c in _T_NEED_SUSPENDED and self._hidden(debugger, thread):
+                return self._reply(debugger, packet.id, THREAD_NOT_SUSPENDED)
+        elif cs == STACK_FRAME and c in _F_NEED_SUSPENDED:
+            thread = self._thread_of(packet)
+            if thread is not None and self._hidden(debugger, thread):
+                return self._reply(debugger, packet.id, THREAD_NOT_SUSPENDED)
         elif cs == REQUEST:
             if c == _SET:
                 return self._set(debugger, packet)
@@ -323,6 +351,17 @@ class Bridge:
 
     def _alone(self, debugger: int) -> bool:
         return self.host.attached() == (debugger,)
+
+    def _hidden(self, debugger: int, thread: int) -> bool:
+        """``thread`` is suspended only for other debuggers: to ``debugger`` it looks running.
+        JDI keeps the status and frames of a thread it sees suspended until it resumes that
+        thread itself, which it never does for a suspension it does not hold; so showing it
+        such a thread as suspended leaves it a stale view of the thread's frames."""
+        return (
+            not self._alone(debugger)
+            and self.ledger.count(debugger, thread) == 0
+            and self.ledger.others(debugger, thread) > 0
+        )
 
     def _reply(
         self, debugger: int, packet_id: int, error: int = 0, data: bytes = b""
@@ -419,6 +458,11 @@ class Bridge:
             self.requests[request_id] = Request(watch.debugger, watch.kind, watch.policy)
         elif isinstance(watch, _SuspendWatch) and error:
             self.ledger.forget(watch.suspension)  # it never happened
+        elif isinstance(watch, _StatusWatch) and not error and len(packet.data) >= 8:
+            if self._hidden(watch.debugger, watch.thread):
+                # threadStatus as the VM says; suspendStatus (SUSPEND_STATUS_SUSPENDED = 1) off.
+                data = packet.data[:4] + encode_int(decode_int(packet.data[4:8]) & ~1)
+                return ReplyPacket(packet.id, 0, data + packet.data[8:]), []
         elif isinstance(watch, _CountWatch) and not error and len(packet.data) >= 4:
             real = decode_int(packet.data)
             others = self.ledger.others(watch.debugger, watch.thread)

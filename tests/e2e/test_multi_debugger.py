@@ -386,12 +386,6 @@ async def test_killed_holder_releases_only_its_own_and_the_other_works_on(jdk, c
 # 4. What one debugger reads of a thread another one holds must not outlive the hold
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ddmd lets a debugger read the status and frames of a thread another debugger "
-    "holds; JDI caches them (they look suspended) until that debugger resumes the thread "
-    "itself, so its own next stop shows the stale frames",
-)
 async def test_reading_a_thread_another_debugger_holds_leaves_no_stale_view(jdk, classes, tmp_path):
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):

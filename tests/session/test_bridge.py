@@ -534,6 +534,37 @@ def test_suspend_count_leaves_out_what_other_debuggers_hold() -> None:
     )
 
 
+T_STATUS, T_FRAMES = (11, 4), (11, 6)
+
+
+def test_a_thread_only_others_hold_looks_running_to_a_debugger() -> None:
+    """JDI caches what it reads of a suspended thread until it resumes it itself; a thread held
+    only by other debuggers is therefore shown running: status without the suspended bit, and
+    frames refused as the VM refuses them for a running thread (THREAD_NOT_SUSPENDED, 13)."""
+    h = ready(1, 2)
+    running_suspended = int4(1) + int4(1)  # threadStatus RUNNING, suspendStatus SUSPENDED
+    assert (
+        h.book()
+        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
+        >> VmBytes(reply(2))
+        << SendToDebugger(1, reply(3))
+        >> DebuggerBytes(2, cmd(4, T_STATUS, tid(T1)))
+        << SendToVm(cmd(3, T_STATUS, tid(T1)))
+        >> VmBytes(reply(3, running_suspended))
+        << SendToDebugger(2, reply(4, int4(1) + int4(0)))
+        >> DebuggerBytes(2, cmd(6, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
+        << SendToDebugger(2, reply(6, error=13))
+        # The holder itself sees it suspended and reads its frames from the VM.
+        >> DebuggerBytes(1, cmd(5, T_STATUS, tid(T1)))
+        << SendToVm(cmd(4, T_STATUS, tid(T1)))
+        >> VmBytes(reply(4, running_suspended))
+        << SendToDebugger(1, reply(5, running_suspended))
+        >> DebuggerBytes(1, cmd(7, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
+        << SendToVm(cmd(5, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
+    )
+
+
 def test_a_suspending_vm_start_is_the_first_debugger_s_to_release() -> None:
     h = Bridged()
     start = composite(ALL, ev(90, 0, tid(T1)), packet_id=0)
