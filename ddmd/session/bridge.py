@@ -84,7 +84,7 @@ from ddmd.session.commands import Command, Log
 from ddmd.session.split import Request, split
 from ddmd.session.suspensions import ALL_THREADS, RESUME_ALL, Ledger, Op, Suspension, ThreadSet
 
-__all__ = ["BRIDGED", "BRIDGE_ORIGIN", "Bridge", "BridgeHost"]
+__all__ = ["BRIDGED", "BRIDGE_ORIGIN", "SHARED_VIEW", "Bridge", "BridgeHost"]
 
 VM: Final = CommandSet.VIRTUAL_MACHINE
 THREAD: Final = CommandSet.THREAD_REFERENCE
@@ -120,6 +120,14 @@ BRIDGED: Final = frozenset(
         (REQUEST, _CLEAR),
         (REQUEST, _CLEAR_ALL_BREAKPOINTS),
     )
+)
+
+#: Of those, the ones that matter only while several debuggers are attached (what a debugger
+#: sees of threads others hold); with one debugger they go straight to the VM.
+SHARED_VIEW: Final = frozenset(
+    [(THREAD << 8) | _T_STATUS]
+    + [(THREAD << 8) | c for c in _T_NEED_SUSPENDED]
+    + [(STACK_FRAME << 8) | c for c in _F_NEED_SUSPENDED]
 )
 
 MAX_HELD_EVENTS: Final = 4096

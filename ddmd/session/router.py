@@ -55,7 +55,7 @@ from ddmd.protocol.jdwp import (
     encode,
     encode_header,
 )
-from ddmd.session.bridge import BRIDGE_ORIGIN, BRIDGED, Bridge
+from ddmd.session.bridge import BRIDGE_ORIGIN, BRIDGED, SHARED_VIEW, Bridge
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
@@ -454,7 +454,10 @@ class Router:
                 length == len(data) <= self.max_packet
                 and flags == 0
                 and command_set != CommandSet.VIRTUAL_MACHINE
-                and (command_set << 8) | command not in BRIDGED
+                and (
+                    (key := (command_set << 8) | command) not in BRIDGED
+                    or (key in SHARED_VIEW and self.attached_count == 1)
+                )
                 and self.ready
             ):
                 debugger.packets_in += 1
