@@ -141,6 +141,7 @@ class Router:
     _waiting: list[int] = field(default_factory=list)  # handshakes held until ready
     _held_vm_start: bytes | None = None
     _id_sizes: bytes | None = None
+    _version: bytes | None = None  # VirtualMachine.Version reply, cached like IDSizes
     _relay: _Relay | None = None
     bridge: Bridge = field(init=False)
     attached_count: int = 0
@@ -291,6 +292,12 @@ class Router:
             and not packet.error_code
         ):
             out = self._learn_id_sizes(packet.data)
+        elif (
+            pending.command_set == CommandSet.VIRTUAL_MACHINE
+            and pending.command == VirtualMachineCommand.VERSION
+            and not packet.error_code
+        ):
+            self._version = packet.data  # the same for every debugger: asked once
         debugger = self._debuggers.get(origin.debugger)
         if debugger is None:
             return out
@@ -538,6 +545,9 @@ class Router:
                 return out + self._send(debugger, reply), "VirtualMachine.Dispose"
             if packet.command == VirtualMachineCommand.ID_SIZES and self._id_sizes is not None:
                 reply = encode(ReplyPacket(packet.id, 0, self._id_sizes))
+                return self._send(debugger, reply), None
+            if packet.command == VirtualMachineCommand.VERSION and self._version is not None:
+                reply = encode(ReplyPacket(packet.id, 0, self._version))
                 return self._send(debugger, reply), None
         if not self.ready:
             return [], "the VM is not connected"

@@ -171,8 +171,9 @@ async def test_counters_move_when_a_debugger_session_relays(tmp_path):
             await h.wait_event("debugger.attached", vm=vm_id)
             sent = 0
             for packet_id in range(1, 6):
+                # ClassPaths: answered by the VM each time (Version and IDSizes are cached).
                 await debugger.command(
-                    packet_id, CommandSet.VIRTUAL_MACHINE, VirtualMachineCommand.VERSION
+                    packet_id, CommandSet.VIRTUAL_MACHINE, VirtualMachineCommand.CLASS_PATHS
                 )
                 sent += 11
             replies = []

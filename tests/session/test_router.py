@@ -267,6 +267,20 @@ def test_id_sizes_are_asked_once_then_answered_from_the_cache() -> None:
     )
 
 
+def test_version_is_asked_once_then_answered_from_the_cache() -> None:
+    h = RouterHarness()
+    version = b"\x00\x00\x00\x03abc" + bytes(8) + b"\x00\x00\x00\x00" * 2
+    assert (
+        attached(h, 1, 2)
+        >> DebuggerBytes(1, cmd(1, VERSION))
+        << SendToVm(cmd(1, VERSION))
+        >> VmBytes(reply(1, version))
+        << SendToDebugger(1, reply(1, version))
+        >> DebuggerBytes(2, cmd(9, VERSION))
+        << SendToDebugger(2, reply(9, version))
+    )
+
+
 # ------------------------------------------------------------------------------ leaving
 
 
