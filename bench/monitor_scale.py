@@ -638,7 +638,7 @@ def sim_host(base: int, count: int, first: int, threads: int) -> None:
             # seconds, so every other sim here would answer late (a phone's VMs do not share
             # one thread), and ddmd would rightly give up on requests that time out.
             for vm in vms:
-                vm._heap_pieces()  # the sim has no public hook for this
+                vm.build_heap()
             print(json.dumps({"ready": [vm.port for vm in vms]}), flush=True)
             stdin = trio.wrap_file(sys.stdin)
             while line := await stdin.readline():

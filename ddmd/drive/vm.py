@@ -80,6 +80,9 @@ from ddmd.session.vm import SessionSettings, VmSession
 log = structlog.get_logger("ddmd.vm")
 
 RECEIVE_SIZE = 65536
+VM_WRITE_OVERDUE = "a write to the VM took too long"
+#: Bytes that may wait for the VM to read them before its connection counts as stuck.
+VM_BUDGET = 64 << 20
 #: How often the watchdog looks at writes while debuggers are attached (seconds).
 WATCHDOG_PERIOD = DIRECT_SEND_LIMIT / 2
 #: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
@@ -334,7 +337,9 @@ class VmDriver:
 
     async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
         """One VM connection, from its first byte to its end."""
-        self._vm = Outbox(stream, budget=1 << 62, limit=self._config.timeouts.jdwp_request)
+        # A VM may pause (a GC on a phone): any write to it may take up to a JDWP request's time.
+        limit = self._config.timeouts.jdwp_request
+        self._vm = Outbox(stream, budget=VM_BUDGET, limit=limit, quick=limit)
         self._log.info(
             Event.VM_CONNECTED, address=self._session.address, source=self._session.source
         )
@@ -391,11 +396,14 @@ class VmDriver:
         return None
 
     async def _timer(self) -> None:
-        """Ticks at the times the session asks for; and, while debuggers are attached, the
-        watchdog of writes that take too long (a few wake-ups a second)."""
+        """Ticks at the times the session asks for; and, while debuggers are attached or a
+        write to the VM is under way, the watchdog of writes that take too long."""
         while True:
             wake = self._wake_at
-            if self._debuggers:
+            if self._debuggers or (self._vm is not None and self._vm.busy):
+                # A write is (or may soon be) under way: look at it a few times a second. A
+                # write of ddmd's own always comes with a request deadline, so the timer is
+                # awake to see it even when no debugger is attached.
                 wake = min(wake, trio.current_time() + WATCHDOG_PERIOD)
             changed = self._timer_changed = trio.Event()
             self._sleeping_until = wake
@@ -420,7 +428,7 @@ class VmDriver:
                 self._drop_slow(debugger, waited=outbox.allowed)
         vm = self._vm
         if vm is not None and vm.overdue(now) and vm.broken is None:
-            vm.broken = "a write to the VM took too long"
+            vm.broken = VM_WRITE_OVERDUE
             self._log.warning(Event.VM_SEND_FAILED, waited=vm.allowed)
             if self._conn_scope is not None:
                 self._conn_scope.cancel()
@@ -447,9 +455,15 @@ class VmDriver:
                 return
             self._dirty.append(debugger.outbox)
         elif isinstance(command, SendToVm):
-            if self._vm is not None:
-                self._vm.put(command.data)
-                self._dirty.append(self._vm)
+            vm = self._vm
+            if vm is not None:
+                if not vm.put(command.data) and vm.broken is None:
+                    # The VM has stopped reading: more waits for it than it could ever need.
+                    vm.broken = "the VM stopped reading"
+                    self._log.warning(Event.VM_SEND_FAILED, queued_bytes=vm.queued)
+                    if self._conn_scope is not None:
+                        self._conn_scope.cancel()
+                self._dirty.append(vm)
         elif isinstance(command, Log):
             if command.event == Event.DDM_REQUEST_TIMED_OUT:
                 self._timeouts += 1
@@ -520,8 +534,9 @@ class VmDriver:
     async def _flush_vm(self, outbox: Outbox) -> None:
         try:
             await outbox.flush(trio.current_time())
-        except OutboxBroken:
-            self._log.warning(Event.VM_SEND_FAILED)
+        except OutboxBroken as exc:
+            if str(exc) != VM_WRITE_OVERDUE:  # the watchdog has said so already
+                self._log.warning(Event.VM_SEND_FAILED)
             if self._conn_scope is not None:
                 self._conn_scope.cancel()
 

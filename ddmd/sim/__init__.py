@@ -62,11 +62,6 @@ Per-request work is small: chunk bytes that do not change are cached, thread sta
 packed with one ``struct`` per thread, and the heap layout is built once (lazily, when heap
 info or a dump is first needed) and then only lightly mutated at each GC, its used bytes and
 object count kept up to date with it.
-
-Per-request work is small: chunk bytes that do not change are cached, thread status is
-packed with one ``struct`` per thread, and the heap layout is built once (lazily, when heap
-info or a dump is first needed) and then only lightly mutated at each GC, its used bytes and
-object count kept up to date with it.
 """
 
 from ddmd.sim.cli import make_configs, serve_many, sim_command

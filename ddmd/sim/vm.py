@@ -531,6 +531,11 @@ class SimVm:
         """HPIF data for the heap as it is now: the very layout a segment dump would send."""
         return heap_info_chunk(self._heap_pieces(), reason)
 
+    def build_heap(self) -> None:
+        """Build the heap layout now rather than at the first heap-info request (hosts running
+        hundreds of sims in one thread use it so no VM answers late)."""
+        self._heap_pieces()
+
     def _heap_pieces(self) -> list[HeapPiece]:
         if self._heap is None:
             self._heap = build_heap(self._rng, self.config.heap_mb << 20, draft=self.config.draft)

@@ -707,3 +707,46 @@ async def test_vm_gone_in_the_middle_of_a_relayed_packet() -> None:
         with pytest.raises(RemoteProtocolError, match="middle of a packet"):
             await dbg.receive()
         assert dbg.eof
+
+
+class _StuckVm(trio.abc.Stream):
+    """A VM whose socket buffer is full: every write waits until the stream is closed."""
+
+    def __init__(self) -> None:
+        self.closed = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.closed.wait()
+        raise trio.ClosedResourceError("closed while writing")
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.closed.wait()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await self.closed.wait()
+        raise trio.ClosedResourceError("closed while reading")
+
+    async def aclose(self) -> None:
+        self.closed.set()
+        await trio.lowlevel.checkpoint()
+
+
+async def test_a_vm_that_stops_reading_ends_its_connection_with_no_debugger_attached(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Writes to the VM are bounded even when no debugger is attached: the watchdog also runs
+    while a write of ddmd's own is under way, and closes the stuck stream."""
+    config = make_config(timeouts={"jdwp_request": 3.0, "ddm_request": 2.0})
+    driver = VmDriver(
+        vm_id=VM_ID, source="tcp", address="127.0.0.1:8000", config=config, registry=VmRegistry()
+    )
+    stuck = _StuckVm()
+    with (
+        trio.fail_after(CAP),
+        capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs,
+    ):
+        reason = await driver.run(stuck, b"", None)  # the HELO write never completes
+    assert stuck.closed.is_set()
+    (failed,) = [e for e in logs if e["event"] == "vm.send_failed"]
+    assert failed["waited"] == 3.0
+    assert [e for e in logs if e["event"] == "vm.disconnected"], reason

@@ -25,6 +25,7 @@ from ddmd.sim import SimConfig, SimVm
 from tests.actors.rawpeers import Harness, free_port_range, monitor, wait_until
 from tests.e2e.conftest import Jdk, require_tool
 from tests.e2e.jdbdriver import THREAD_PROMPT, Jdb, open_jdb
+from tests.e2e.lines import ProcessLines
 
 pytestmark = pytest.mark.jvm
 
@@ -78,31 +79,12 @@ def classes(tmp_path_factory) -> Path:
     return out
 
 
-class Jvm:
+class Jvm(ProcessLines):
     """A HotSpot JVM running Prog with the JDWP agent listening on ``port``."""
 
     def __init__(self, process: trio.Process, port: int) -> None:
-        self.process = process
+        super().__init__(process)
         self.port = port
-        self.lines: list[str] = []
-        self._changed = trio.Event()
-
-    async def _read(self) -> None:
-        assert self.process.stdout is not None
-        pending = b""
-        while True:
-            try:
-                data = await self.process.stdout.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            if not data:
-                break
-            pending += data
-            *complete, pending = pending.split(b"\n")
-            self.lines.extend(line.decode("utf-8", "replace") for line in complete)
-            self._changed.set()
-            self._changed = trio.Event()
-        self._changed.set()
 
     @property
     def started(self) -> bool:

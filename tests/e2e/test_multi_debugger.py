@@ -27,6 +27,7 @@ import trio
 from tests.actors.rawpeers import Harness, free_port_range, monitor
 from tests.e2e.conftest import Jdk, require_tool
 from tests.e2e.jdbdriver import THREAD_PROMPT, Jdb
+from tests.e2e.lines import ProcessLines
 from tests.e2e.test_bridge_jvm import (
     BREAK_LINE,
     BREAKPOINT_HIT,
@@ -75,31 +76,12 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-class LineProcess:
+class LineProcess(ProcessLines):
     """A child process driven over stdin, its stdout (stderr merged) read line by line."""
 
     def __init__(self, process: trio.Process, name: str) -> None:
-        self.process = process
+        super().__init__(process)
         self.name = name
-        self.lines: list[str] = []
-        self._changed = trio.Event()
-
-    async def _read(self) -> None:
-        assert self.process.stdout is not None
-        pending = b""
-        while True:
-            try:
-                data = await self.process.stdout.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            if not data:
-                break
-            pending += data
-            *complete, pending = pending.split(b"\n")
-            self.lines.extend(line.decode("utf-8", "replace") for line in complete)
-            self._changed.set()
-            self._changed = trio.Event()
-        self._changed.set()
 
     async def expect(self, pattern: str) -> re.Match[str]:
         """The first line matching ``pattern`` (an ``ERR`` line fails at once)."""
