@@ -391,11 +391,14 @@ async def test_reading_a_thread_another_debugger_holds_leaves_no_stale_view(jdk,
                 assert await a.quit() == 0, a.transcript
                 await jvm.wait_counter_above(n + 5)
                 # B's own breakpoint in main: B must see main stopped there, not in tick().
-                await b.command(
-                    f"stop at Prog:{MAIN_CALL_LINE}", rf"Set breakpoint Prog:{MAIN_CALL_LINE}"
+                # The hit can come before jdb has finished printing "Set breakpoint" (the two
+                # interleave), so both are awaited together, in any order.
+                await b.until_stopped(
+                    f"stop at Prog:{MAIN_CALL_LINE}",
+                    rf"Set breakpoint Prog:{MAIN_CALL_LINE}",
+                    "Breakpoint hit:",
                 )
-                await hit(b, "Breakpoint hit:")
-                # jdb prints where the thread stands (JDI's top frame), then the local of main.
+                # jdb prints where the thread stands (JDI's top frame): main, not tick().
                 reported = b.transcript[b.transcript.rindex("Breakpoint hit:") :]
                 assert re.search(MAIN_HIT[1], reported), b.transcript
                 text = await b.command("print counter", r"\bcounter = ")
