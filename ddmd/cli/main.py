@@ -30,6 +30,8 @@ import click
 from ddmd import __version__, instance
 from ddmd.cli import client, events, ports
 from ddmd.cli.client import config_option
+from ddmd.cli.hprof import hprof_summary
+from ddmd.cli.trace import trace_report
 from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
 from ddmd.errors import ConfigError, DdmdError
 from ddmd.logs import FORMATS, Event, configure, get_logger
@@ -100,7 +102,10 @@ class _Group(click.Group):
     """
 
     #: name -> (module, attribute) of commands imported on first use.
-    lazy: dict[str, tuple[str, str]] = {"sim": ("ddmd.sim.cli", "sim_command")}
+    lazy: dict[str, tuple[str, str]] = {
+        "sim": ("ddmd.sim.cli", "sim_command"),
+        "sysmon": ("ddmd.sysmon.cli", "sysmon_command"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -284,7 +289,13 @@ def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | 
 #: The control-API client commands (cheap to import, so registered now). The simulator is
 #: registered lazily (`_Group.lazy`: imported only when ``ddmd sim`` or ``--help`` runs, so
 #: client commands such as ``ddmd gc`` start quickly).
-COMMANDS: list[click.Command] = [*client.VM_COMMANDS, ports.ports, events.events]
+COMMANDS: list[click.Command] = [
+    *client.VM_COMMANDS,
+    ports.ports,
+    events.events,
+    hprof_summary,
+    trace_report,
+]
 
 for _command in COMMANDS:
     main.add_command(_command)

@@ -70,6 +70,36 @@ class Outbox:
         self.queued += len(data)
         return True
 
+    def write_now(self) -> bool:
+        """Write what is queued without waiting, if the socket takes all of it now (the common
+        case); True when nothing is left to write. Anything the socket does not take at once
+        stays queued, in order, for ``flush``. No coroutine, no clock: the relay calls this once
+        per packet."""
+        if self.busy or self.broken is not None or self.sock is None:
+            return not self.queue and not self.busy
+        queue = self.queue
+        while queue:
+            data = queue[0]
+            fd = self.sock.fileno()
+            if fd < 0:
+                return False  # closed: flush raises and reports it
+            try:
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return False  # flush meets the same error and reports it
+            if sent != len(data):
+                queue[0] = data[sent:]
+                self.queued -= sent
+                self.written += sent
+                return False
+            queue.popleft()
+            self.queued -= sent
+            self.packets += 1
+            self.written += sent
+        return True
+
     async def flush(self, now: float) -> None:
         """Write what is queued unless another task is already doing it. No cancel scope per
         write (they cost more than the write): ``since`` says when the current write began,

@@ -380,8 +380,13 @@ class VmDriver:
                 return self._feed_vm(VmBytes(b"")) or "eof"
             self._packets_in += 1
             self._bytes_in += len(data)
-            broken = self._feed_vm(VmBytes(bytes(data)))
-            if self._dirty:
+            relayed = self._session.relay_vm(data)
+            if relayed is not None:
+                broken = None
+                self._act(relayed)
+            else:
+                broken = self._feed_vm(VmBytes(bytes(data)))
+            if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
             if broken is not None:
                 return broken
@@ -508,12 +513,28 @@ class VmDriver:
         if debugger is not None:
             command.fields.update(peer=debugger.peer, via=debugger.via, port=debugger.port)
 
+    def _write_now(self) -> bool:
+        """Write the outboxes that got bytes, in order, as far as their sockets take them at
+        once; True when all are written (the relay's common case: no coroutine, no clock).
+        Otherwise the rest stay in order for ``_flush``."""
+        dirty = self._dirty
+        while dirty:
+            if not dirty[0].write_now():
+                return False
+            dirty.pop(0)
+        return True
+
     async def _flush(self, *, reads: Outbox | None = None) -> None:
         """Write every outbox that got bytes, in the order they got them. ``reads``: the
         outbox of the stream this task reads; it is written by a task of its own, so a peer
         that writes to us while we write to it can never deadlock the two of us."""
-        while self._dirty:
-            outbox = self._dirty.pop(0)
+        dirty = self._dirty
+        while dirty:
+            outbox = dirty.pop(0)
+            if outbox.write_now():
+                # The socket took it all at once (a non-blocking write cannot deadlock with a
+                # peer that writes to us): no await, no clock.
+                continue
             if outbox is reads and self._nursery is not None:
                 if not outbox.busy and outbox.queue:
                     self._nursery.start_soon(self._flush_later, outbox)
@@ -568,7 +589,8 @@ class VmDriver:
         reason = "debugger closed the connection"
         with debugger.scope:
             deadline = trio.current_time() + self._config.timeouts.handshake
-            router = self._session.router
+            session = self._session
+            router = session.router
             try:
                 while not debugger.gone:
                     if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
@@ -582,16 +604,18 @@ class VmDriver:
                             )
                             reason = "handshake timed out"
                             break
-                    self._feed(DebuggerBytes(debugger.number, bytes(data)))
-                    if self._dirty:
+                    relayed = session.relay_debugger(debugger.number, data)
+                    if relayed is not None:
+                        self._act(relayed)
+                    else:
+                        self._feed(DebuggerBytes(debugger.number, bytes(data)))
+                    if self._dirty and not self._write_now():
                         debugger.writing = True
                         try:
                             await self._flush(reads=debugger.outbox)
                         finally:
                             debugger.writing = False
-                        if debugger.end_reason is not None:
-                            break
-                    if not data:
+                    if debugger.end_reason is not None or not data:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 reason = f"connection error: {exc}"

@@ -1101,6 +1101,35 @@ class ThreadStatusDraft(Chunk):
         return cls(tuple(threads))
 
 
+def thread_status_rows(data: bytes) -> list[tuple[int, bytes]] | None:
+    """The quick read of a thread-state poll: when ``data`` (a reply's data) is exactly one
+    THST chunk in the shipped layout, its entries as (thread id, the entry's 18 bytes);
+    otherwise None, and the general decoder (rule T) takes it. A monitor polls every VM a few
+    times a second and most entries repeat, so the caller compares the bytes and decodes only
+    the entries that changed (``thread_info``)."""
+    size = len(data)
+    if size < 12:
+        return None
+    chunk_type, length = _CHUNK_HEADER.unpack_from(data)
+    if chunk_type != ChunkType.THST or length != size - 8:
+        return None
+    header_length, entry_length, count = _THST_HEAD.unpack_from(data, 8)
+    if header_length < 4 or entry_length < 18 or length < header_length + count * entry_length:
+        return None
+    start = 8 + header_length
+    end = start + count * entry_length
+    return [
+        (int.from_bytes(data[at : at + 4], "big"), data[at : at + 18])
+        for at in range(start, end, entry_length)
+    ]
+
+
+def thread_info(entry: bytes) -> ThreadInfo:
+    """One shipped THST entry (18 bytes, from ``thread_status_rows``)."""
+    thread_id, status, tid, utime, stime, daemon = _THST_ENTRY.unpack(entry)
+    return ThreadInfo(thread_id, status, tid, utime, stime, daemon != 0)
+
+
 def _decode_thst_from_vm(r: _Reader) -> Chunk:
     """Rule T of protocol.md 3.9: pick the draft or the shipped layout, or reject."""
     size = r.size

@@ -47,9 +47,10 @@ __all__ = ["IdRewriter", "Pending"]
 _U4_SPACE = 1 << 32
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pending:
-    """One command written to the VM and not yet answered."""
+    """One command written to the VM and not yet answered (one is made per relayed command:
+    not frozen, which would cost 3x to make; nothing changes it once made)."""
 
     origin: Hashable
     original_id: int
@@ -134,6 +135,32 @@ class IdRewriter:
             heapq.heappush(self._heap, (deadline, self._sequence, entry))
             self._timed += 1
         return vm_id
+
+    def allocate_relayed(
+        self, origin: Hashable, original_id: int, command_set: int, command: int
+    ) -> int:
+        """``allocate`` for a command relayed as it came (no deadline), whose fields were just
+        unpacked from a packet header, so they are a u4 and two u1 by construction; the relay
+        path calls this once per packet."""
+        by_id = self._by_id
+        if len(by_id) >= self._space - 1:
+            raise LocalProtocolError(
+                f"all {self._space - 1} VM command ids are outstanding: id space exhausted"
+            )
+        vm_id = self._next
+        while vm_id in by_id:  # terminates: at least one id is free
+            vm_id = vm_id + 1 if vm_id + 1 < self._space else 1
+        self._next = vm_id + 1 if vm_id + 1 < self._space else 1
+        by_id[vm_id] = Pending(origin, original_id, command_set, command, math.inf, vm_id)
+        ids = self._by_origin.get(origin)
+        if ids is None:
+            ids = self._by_origin[origin] = {}
+        ids[vm_id] = None
+        return vm_id
+
+    def forget(self, entry: Pending) -> None:
+        """Remove ``entry``, just looked up with ``get`` (its reply is being passed on)."""
+        self._forget(entry)
 
     def resolve(self, vm_id: int) -> Pending | None:
         """A reply with ``vm_id`` arrived: pop and return its entry (None if unknown: the

@@ -18,7 +18,7 @@ class VmConnected:
     leftover: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # made per packet: not frozen, which would cost 3x (see commands.py)
 class VmBytes:
     """Bytes read from the VM connection (``b""``: the VM closed it)."""
 
@@ -43,7 +43,7 @@ class DebuggerJoined:
     peer: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # made per packet, as VmBytes
 class DebuggerBytes:
     debugger: int
     data: bytes  # b"": the debugger closed its side

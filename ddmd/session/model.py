@@ -262,6 +262,9 @@ class VmModel:
         self.waiting = False
         self.threads: dict[int, ThreadSnapshot] = {}
         self.threads_known = False
+        # thread id -> (its last THST entry, the snapshot made from it): an entry that repeats
+        # keeps its snapshot, with no decoding (``apply_thread_rows``).
+        self._rows: dict[int, tuple[bytes, ThreadSnapshot]] = {}
         self.heaps: tuple[HeapInfoSnapshot, ...] = ()
         self.assembler = HeapAssembler()
         self.heap_images: tuple[HeapImage, ...] = ()
@@ -443,7 +446,45 @@ class VmModel:
                 )
             )
 
+    def apply_thread_rows(self, rows: list[tuple[int, bytes]]) -> bool:
+        """A thread-state poll read quickly (``ddm.thread_status_rows``): the same result as
+        ``apply_thread_status`` of the decoded chunk, but an entry whose bytes repeat keeps the
+        snapshot made from them last time (unless a notice has replaced it since). Returns
+        whether anything changed."""
+        threads = self.threads
+        last = self._rows
+        seen: dict[int, ThreadSnapshot] = {}
+        rows_now: dict[int, tuple[bytes, ThreadSnapshot]] = {}
+        changed = not self.threads_known or len(rows) != len(threads)
+        for thread_id, entry in rows:
+            old = threads.get(thread_id)
+            before = last.get(thread_id)
+            if before is not None and before[0] == entry and before[1] is old:
+                snapshot = before[1]
+            else:
+                t = ddm.thread_info(entry)
+                snapshot = ThreadSnapshot(
+                    t.thread_id,
+                    old.name if old else "",
+                    status=t.status,
+                    state=STATE_LABELS.get(t.status, str(t.status)),
+                    tid=t.tid,
+                    utime=t.utime,
+                    stime=t.stime,
+                    daemon=t.daemon,
+                )
+                changed = changed or snapshot != old
+            seen[thread_id] = snapshot
+            rows_now[thread_id] = (entry, snapshot)
+        if not changed and seen.keys() != threads.keys():
+            changed = True
+        self.threads = seen
+        self._rows = rows_now
+        self.threads_known = True
+        return changed
+
     def apply_thread_status(self, chunk: ddm.ThreadStatus | ddm.ThreadStatusDraft) -> None:
+        self._rows = {}
         seen: dict[int, ThreadSnapshot] = {}
         if isinstance(chunk, ddm.ThreadStatus):
             for t in chunk.threads:
@@ -473,6 +514,7 @@ class VmModel:
 
     def forget_threads(self) -> None:
         """A new connection: thread notices start again from the VM's THCR burst."""
+        self._rows = {}
         self.threads = {}
         self.threads_known = False
 

@@ -68,9 +68,10 @@ _REPLY_HEADER = struct.Struct(">IIBH")
 _EVENT_COMPOSITE = EventCommand.COMPOSITE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DebuggerOrigin:
-    """The id-map origin of a debugger's commands."""
+    """The id-map origin of a debugger's commands: one per debugger, compared by identity (the
+    id map hashes it for every relayed command; identity hashing is done in C)."""
 
     debugger: int
 
@@ -240,8 +241,40 @@ class Router:
         self.bridge.reset()
         return list(self.ids.drop_all())
 
+    def relay_from_vm(self, data: bytes) -> SendToDebugger | None:
+        """The relay lane: when ``data`` is exactly one whole reply to a debugger's command
+        that nothing here reads, the command that passes it on (counted, its id restored);
+        otherwise None and nothing changed (``vm_data`` takes it)."""
+        if self._relay is not None or self._decoder.buffered or len(data) < 11:
+            return None
+        length, vm_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
+        if flags != 0x80 or length != len(data) or length > self.stream_threshold:
+            return None
+        ids = self.ids
+        pending = ids.get(vm_id)
+        if (
+            pending is None
+            or type(pending.origin) is not DebuggerOrigin
+            or pending.command_set == CommandSet.VIRTUAL_MACHINE
+            or vm_id in self.bridge.watch
+        ):
+            return None
+        debugger = self._debuggers.get(pending.origin.debugger)
+        if debugger is None or debugger.streaming:
+            return None
+        ids.forget(pending)
+        head = _REPLY_HEADER.pack(length, pending.original_id, 0x80, (b9 << 8) | b10)
+        debugger.packets_out += 1
+        debugger.bytes_out += length
+        self.packets_to_debuggers += 1
+        self.bytes_to_debuggers += length
+        return SendToDebugger(debugger.id, head + data[11:])
+
     def vm_data(self, data: bytes) -> list[Command]:
         """Bytes from the VM: route every complete packet (or piece) they finish."""
+        relayed = self.relay_from_vm(data)
+        if relayed is not None:
+            return [relayed]
         decoder = self._decoder
         if self._relay is None and not decoder.buffered and len(data) >= 11:
             # The common case on the relay path: exactly one whole small packet.
@@ -448,34 +481,47 @@ class Router:
         )
         return []
 
+    def relay_from_debugger(self, number: int, data: bytes) -> SendToVm | None:
+        """The relay lane: when ``data`` is exactly one whole command of an attached debugger
+        that no rule here answers or reads, the command that writes it to the VM (under a fresh
+        id from the one IdRewriter); otherwise None and nothing changed (``debugger_data``
+        takes it)."""
+        debugger = self._debuggers.get(number)
+        if (
+            debugger is None
+            or not debugger.attached
+            or not self.ready
+            or len(data) < 11
+            or debugger.decoder.buffered
+        ):
+            return None
+        length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
+        if (
+            length != len(data)
+            or length > self.max_packet
+            or flags != 0
+            or command_set == CommandSet.VIRTUAL_MACHINE
+        ):
+            return None
+        key = (command_set << 8) | command
+        if key in BRIDGED and not (key in SHARED_VIEW and self.attached_count == 1):
+            return None
+        debugger.packets_in += 1
+        debugger.bytes_in += length
+        vm_id = self.ids.allocate_relayed(debugger.origin, packet_id, command_set, command)
+        self.packets_to_vm += 1
+        self.bytes_to_vm += length
+        return SendToVm(_COMMAND_HEADER.pack(length, vm_id, 0, command_set, command) + data[11:])
+
     def debugger_data(self, number: int, data: bytes) -> tuple[list[Command], str | None]:
         """Bytes from a debugger. Returns the commands, and the reason it leaves (None while it
         stays): Dispose, EOF, or a protocol error."""
+        relayed = self.relay_from_debugger(number, data)
+        if relayed is not None:
+            return [relayed], None
         debugger = self._debuggers.get(number)
         if debugger is None:
             return [], None
-        if debugger.attached and not debugger.decoder.buffered and len(data) >= 11:
-            # The common case: exactly one whole command that is not answered here.
-            length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
-            if (
-                length == len(data) <= self.max_packet
-                and flags == 0
-                and command_set != CommandSet.VIRTUAL_MACHINE
-                and (
-                    (key := (command_set << 8) | command) not in BRIDGED
-                    or (key in SHARED_VIEW and self.attached_count == 1)
-                )
-                and self.ready
-            ):
-                debugger.packets_in += 1
-                debugger.bytes_in += length
-                vm_id = self.ids.allocate(
-                    debugger.origin, packet_id, command_set, command, math.inf
-                )
-                self.packets_to_vm += 1
-                self.bytes_to_vm += length
-                head = _COMMAND_HEADER.pack(length, vm_id, 0, command_set, command)
-                return [SendToVm(head + data[11:])], None
         debugger.decoder.receive_data(data)
         out: list[Command] = []
         while True:

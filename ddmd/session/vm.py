@@ -40,6 +40,8 @@ from ddmd.session.commands import (
     Log,
     Reconnect,
     SelectMe,
+    SendToDebugger,
+    SendToVm,
     WakeMeAt,
 )
 from ddmd.session.inputs import (
@@ -179,6 +181,21 @@ class VmSession(CallsMixin):
         self._out = []
         return out
 
+    # ------------------------------------------------------------------ the relay lane
+
+    def relay_vm(self, data: bytes) -> SendToDebugger | None:
+        """Bytes from the VM, when they are one whole reply to a debugger that nothing here
+        reads: the one command ``handle(VmBytes(data), now)`` would return, made without the
+        general path's cost (the driver calls this per packet first); otherwise None and
+        nothing changed, and the driver calls ``handle``."""
+        return self.router.relay_from_vm(data)
+
+    def relay_debugger(self, debugger: int, data: bytes) -> SendToVm | None:
+        """Bytes from a debugger, when they are one whole command no rule answers or reads:
+        the one command ``handle(DebuggerBytes(debugger, data), now)`` would return; otherwise
+        None and nothing changed."""
+        return self.router.relay_from_debugger(debugger, data)
+
     def _goto(self, what: str) -> None:
         try:
             self.state = TRANSITIONS[(self.state, what)]
@@ -288,6 +305,13 @@ class VmSession(CallsMixin):
                 self._log("vm.version", description=self.model.description)
                 self._out.append(Changed())
             return []
+        if own.purpose == "thst" and not packet.error_code:
+            rows = ddm.thread_status_rows(packet.data)
+            if rows is not None:  # the usual poll answer: read quickly, entries that repeat kept
+                own.judgement = Judgement(Answer.DATA)
+                if self.model.apply_thread_rows(rows):
+                    self._out.append(Changed())
+                return []
         own.judgement = judgement = judge(packet)
         if judgement.answer is Answer.MALFORMED:
             self._log("ddm.chunk_malformed", "warning", feature=own.feature, error=judgement.reason)

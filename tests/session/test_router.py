@@ -160,6 +160,42 @@ def test_commands_get_fresh_vm_ids_and_replies_get_their_own_back() -> None:
     assert len(h.router.ids) == 0
 
 
+CLASS_BY_SIGNATURE = (CommandSet.REFERENCE_TYPE, 1)
+
+
+def test_the_relay_lane_takes_only_packets_nothing_here_reads() -> None:
+    """``relay_from_debugger``/``relay_from_vm`` (the driver calls them first, per packet)
+    return the one command the general path would, or None with nothing changed."""
+    h = RouterHarness()
+    assert attached(h, 1)
+    r = h.router
+    # A debugger's plain command and its reply take the lane, ids rewritten both ways.
+    assert r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x")) == SendToVm(
+        cmd(1, CLASS_BY_SIGNATURE, b"x")
+    )
+    assert r.relay_from_vm(reply(1, b"answer")) == SendToDebugger(1, reply(7, b"answer"))
+    assert len(r.ids) == 0
+    # Not taken, and nothing changed: a VirtualMachine command (answered or cached here), a
+    # piece of a packet, a reply to ddmd's own request, a debugger still in its handshake.
+    assert r.relay_from_debugger(1, cmd(8, VERSION)) is None
+    assert r.relay_from_debugger(1, cmd(8, CLASS_BY_SIGNATURE, b"xy")[:-1]) is None
+    own = r.ids.allocate("ddmd", 5, CommandSet.DDM, 1, None)
+    assert r.relay_from_vm(reply(own, b"chunk")) is None
+    assert r.ids.get(own) is not None  # still pending: the general path resolves it
+    assert r.vm_data(reply(own, b"chunk")) == []
+    assert [p.id for _, p in h.replies] == [own]
+    r.debugger_joined(2, "current", "p")
+    assert r.relay_from_debugger(2, cmd(1, CLASS_BY_SIGNATURE)) is None
+    # A command split over two reads is not the lane's; the general path still relays it.
+    whole = cmd(9, CLASS_BY_SIGNATURE, b"abc")
+    assert r.debugger_data(1, whole[:5]) == ([], None)
+    assert r.relay_from_debugger(1, whole[5:]) is None
+    out, leaving = r.debugger_data(1, whole[5:])
+    assert leaving is None
+    assert len(out) == 1
+    assert isinstance(out[0], SendToVm)
+
+
 def test_ddmd_s_own_ids_never_collide_with_a_debugger_s() -> None:
     h = RouterHarness()
     playbook = attached(h, 1)

@@ -1,0 +1,94 @@
+"""`ddmd hprof-summary FILE`: the class histogram of an HPROF heap dump file.
+
+Layer: imports `protocol.hprof` (the streaming reader), `cli.client` (the one-line failure)
+and `cli.format`. No daemon is involved: the file is read here, in pieces, never whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddmd.cli.client import fail
+from ddmd.cli.format import print_json, size, table
+from ddmd.protocol.hprof import (
+    DEFAULT_CHUNK_SIZE,
+    HprofFormatError,
+    HprofSummary,
+    summarise_file,
+)
+
+__all__ = ["EXIT_BAD_FILE", "format_histogram", "hprof_summary"]
+
+EXIT_BAD_FILE = 1
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def format_histogram(summary: HprofSummary, top: int | None, name: str) -> str:
+    """The histogram as text: a summary line, then the ``top`` classes by shallow bytes."""
+    rows_shown = summary.top(top)
+    heap_columns = summary.heaps if summary.heap_info else ()
+    lines = [
+        f"{name}: {summary.version}, {summary.id_size}-byte ids, "
+        f"{_count(summary.instances)} objects of {_count(len(summary.classes))} classes, "
+        f"{size(summary.shallow_bytes)} shallow"
+    ]
+    if not rows_shown:
+        lines.append("The dump holds no objects.")
+        return "\n".join(lines)
+    which = "all classes" if len(rows_shown) == len(summary.classes) else f"top {len(rows_shown)}"
+    note = "; heap columns count instances" if heap_columns else ""
+    lines.append(
+        f"{which} by shallow bytes (field and element bytes, object headers not counted){note}:"
+    )
+    headers = ["CLASS", "INSTANCES", "SHALLOW BYTES", *(heap.upper() for heap in heap_columns)]
+    rows: list[list[Any]] = []
+    for entry in rows_shown:
+        per_heap = [entry.in_heap(heap).instances or None for heap in heap_columns]
+        rows.append(
+            [
+                entry.name,
+                _count(entry.instances),
+                _count(entry.shallow_bytes),
+                *(None if n is None else _count(n) for n in per_heap),
+            ]
+        )
+    lines.append(table(headers, rows))
+    return "\n".join(lines)
+
+
+@click.command("hprof-summary", short_help="Show the class histogram of an HPROF heap dump.")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="How many classes to show, largest shallow size first (0: all).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the histogram as JSON.")
+def hprof_summary(file: Path, top: int, as_json: bool) -> None:
+    """Show the class histogram of the heap dump FILE: instances and shallow bytes per class,
+    and per heap (app, image, zygote) for Android dumps.
+
+    Reads standard HPROF 1.0.2 (HotSpot's `jcmd PID GC.heap_dump`) and Android's 1.0.3
+    (a DDMS or `am dumpheap` dump) as it is, in pieces: a dump of any size fits.
+    """
+    try:
+        summary = summarise_file(file, chunk_size=DEFAULT_CHUNK_SIZE)
+    except HprofFormatError as err:
+        fail("hprof-summary", f"{file}: {err}", EXIT_BAD_FILE)
+    except IsADirectoryError:
+        fail("hprof-summary", f"{file} is a directory, not a heap dump file", EXIT_BAD_FILE)
+    except OSError as err:
+        fail("hprof-summary", f"cannot read {file}: {err.strerror or err}", EXIT_BAD_FILE)
+    limit = top or None
+    if as_json:
+        print_json({"file": str(file), **summary.to_json(limit)})
+    else:
+        click.echo(format_histogram(summary, limit, str(file)))

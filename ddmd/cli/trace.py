@@ -1,0 +1,253 @@
+"""``ddmd trace-report FILE``: the methods of a method trace (``.trace``) that took the most
+time, by inclusive and by exclusive time, with call counts, for all threads and per thread;
+``--json`` prints the same as JSON.
+
+Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser) and ``cli.format``/``cli.client``
+(tables, JSON, the one-line failure). It reads the file itself, in blocks, and needs no
+daemon. Exit codes: 0 success; 2 the file cannot be read, or is not a method trace ddmd can
+read (one line on stderr saying why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddmd.cli.client import fail
+from ddmd.cli.format import print_json
+from ddmd.protocol.trace import (
+    MethodStats,
+    TraceFormatError,
+    TraceProfile,
+    read_trace,
+    top_methods,
+)
+
+__all__ = ["EXIT_BAD_FILE", "format_report", "load_profile", "report_json", "trace_report"]
+
+EXIT_BAD_FILE = 2
+_BLOCK = 1 << 20
+_CLOCK_WORDS = {"wall": "wall-clock", "thread-cpu": "thread-CPU"}
+
+
+def _blocks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while block := handle.read(_BLOCK):
+            yield block
+
+
+def load_profile(path: Path) -> TraceProfile:
+    """Read and profile a trace file; raises OSError or TraceFormatError."""
+    return read_trace(_blocks(path))
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _times(values: Sequence[int], clocks: Sequence[str]) -> dict[str, int]:
+    return dict(zip(clocks, values, strict=True))
+
+
+def _method_json(stats: MethodStats, clocks: Sequence[str]) -> dict[str, Any]:
+    method = stats.method
+    return {
+        "method": method.full_name,
+        "class": method.class_name,
+        "name": method.name,
+        "signature": method.signature,
+        "source": method.source,
+        "calls": stats.calls,
+        "recursive_calls": stats.recursive_calls,
+        "inclusive_usec": _times(stats.inclusive, clocks),
+        "exclusive_usec": _times(stats.exclusive, clocks),
+    }
+
+
+def _ranking(
+    stats: Sequence[MethodStats], clock: int, top: int, clocks: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "methods": sum(1 for s in stats if s.calls or any(s.exclusive)),
+        "by_inclusive": [
+            _method_json(s, clocks) for s in top_methods(stats, "inclusive", clock, top)
+        ],
+        "by_exclusive": [
+            _method_json(s, clocks) for s in top_methods(stats, "exclusive", clock, top)
+        ],
+    }
+
+
+def report_json(profile: TraceProfile, *, top: int, file: str) -> dict[str, Any]:
+    """The report as plain JSON data (what ``--json`` prints)."""
+    clocks = profile.clocks
+    clock = profile.time_clock
+    header = profile.header
+    threads = sorted(profile.threads, key=lambda t: (-t.total[clock], t.thread.tid))
+    return {
+        "file": file,
+        "format": {
+            "version": profile.data.version,
+            "streaming": profile.data.streaming,
+            "clock": profile.clock,
+            "clocks": list(clocks),
+            "record_size": profile.data.record_size,
+        },
+        "vm": header.vm if header else None,
+        "pid": header.pid if header else None,
+        "start_usec": profile.data.start_usec,
+        "elapsed_usec": header.elapsed_usec if header else None,
+        "overflow": header.overflow if header else False,
+        "records": profile.records,
+        "sort_clock": clocks[clock],
+        "top": top,
+        "all_threads": {
+            "total_usec": _times(profile.total, clocks),
+            **_ranking(profile.methods, clock, top, clocks),
+        },
+        "threads": [
+            {
+                "tid": t.thread.tid,
+                "name": t.thread.name,
+                "records": t.records,
+                "total_usec": _times(t.total, clocks),
+                "unmatched_exits": t.unmatched_exits,
+                "open_calls": t.open_calls,
+                **_ranking(t.methods, clock, top, clocks),
+            }
+            for t in threads
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: int) -> list[str]:
+    """Columns two spaces apart; the first ``numeric`` columns right-aligned, the last one
+    not padded."""
+    cells = [list(headers), *[list(row) for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [
+            value.rjust(width) if i < numeric else value.ljust(width)
+            for i, (value, width) in enumerate(zip(row[:-1], widths, strict=False))
+        ]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return lines
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def _calls(entry: dict[str, Any]) -> str:
+    recursive = entry["recursive_calls"]
+    return f"{entry['calls']} ({recursive} recursive)" if recursive else str(entry["calls"])
+
+
+def _section(ranking: dict[str, Any], clock: str, total: int) -> list[str]:
+    lines: list[str] = []
+    for key, first, second in (
+        ("by_inclusive", "inclusive", "exclusive"),
+        ("by_exclusive", "exclusive", "inclusive"),
+    ):
+        entries = ranking[key]
+        if not entries:
+            continue
+        lines.append(f"  top {len(entries)} of {ranking['methods']} by {first} time:")
+        rows = [
+            (
+                str(e[f"{first}_usec"][clock]),
+                _percent(e[f"{first}_usec"][clock], total),
+                str(e[f"{second}_usec"][clock]),
+                _calls(e),
+                e["method"],
+            )
+            for e in entries
+        ]
+        headers = (first.upper()[:4], "%", second.upper()[:4], "CALLS", "METHOD")
+        lines += ["    " + line for line in _aligned(headers, rows, numeric=3)]
+    if not lines:
+        lines.append("  no calls")
+    return lines
+
+
+def format_report(body: dict[str, Any]) -> str:
+    """The readable report, rendered from :func:`report_json`'s data."""
+    fmt = body["format"]
+    clock = body["sort_clock"]
+    vm = {"art": "ART", "dalvik": "Dalvik"}.get(body["vm"] or "", body["vm"] or "VM")
+    layout = ", streaming layout" if fmt["streaming"] else ""
+    pid = f", pid {body['pid']}" if body["pid"] is not None else ""
+    threads = body["threads"]
+    lines = [
+        f"{body['file']}: {vm} method trace, format {fmt['version']} ({fmt['clock']} clock"
+        f"{layout}){pid}, {len(threads)} threads, {body['all_threads']['methods']} methods, "
+        f"{body['records']} records",
+    ]
+    others = [c for c in fmt["clocks"] if c != clock]
+    also = f" ({', '.join(others)} time in --json)" if others else ""
+    lines.append(f"Times are {_CLOCK_WORDS.get(clock, clock)} microseconds{also}.")
+    if body["overflow"]:
+        lines.append(
+            "Note: the VM's trace buffer filled up, so the calls after that point are missing "
+            "(start the trace with a bigger buffer)."
+        )
+    everything = body["all_threads"]
+    total = everything["total_usec"][clock]
+    lines += ["", f"All threads: {total} usec (the threads' times added together)"]
+    lines += _section(everything, clock, total)
+    for thread in threads:
+        total = thread["total_usec"][clock]
+        name = f" {thread['name']}" if thread["name"] else ""
+        lines += ["", f"Thread {thread['tid']}{name}: {total} usec, {thread['records']} records"]
+        if thread["unmatched_exits"]:
+            lines.append(
+                f"  ({thread['unmatched_exits']} calls were already running when tracing "
+                "started; they are counted from time 0)"
+            )
+        if thread["open_calls"]:
+            lines.append(
+                f"  ({thread['open_calls']} calls were still running when tracing stopped; "
+                "they are counted up to the thread's last event)"
+            )
+        lines += _section(thread, clock, total)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@click.command("trace-report", short_help="Top methods of a method trace (.trace) file.")
+@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many methods each table lists.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def trace_report(file: Path, top: int, as_json: bool) -> None:
+    """Top methods of a method trace FILE (.trace), by inclusive and by exclusive time.
+
+    Reads the files Android Studio, DDMS, `dmtracedump` and `ddmd trace` use (format
+    versions 1 to 3, one or two clocks, and ART's streaming layout), with ddmd's own parser;
+    no daemon needed. Each table is given for all threads together, then per thread.
+    Inclusive time counts the calls a method makes, exclusive time only its own code.
+    """
+    try:
+        profile = load_profile(file)
+    except OSError as exc:
+        fail("trace-report", f"cannot read {file}: {exc.strerror or exc}", EXIT_BAD_FILE)
+    except TraceFormatError as exc:
+        fail("trace-report", f"{file}: {exc}", EXIT_BAD_FILE)
+    body = report_json(profile, top=top, file=str(file))
+    if as_json:
+        print_json(body)
+    else:
+        click.echo(format_report(body))
