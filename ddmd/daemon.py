@@ -40,6 +40,7 @@ from ddmd.drive.found import VmFound, VmLost
 from ddmd.drive.ports import CurrentVmListener, VmPorts
 from ddmd.drive.supervisor import Supervisor
 from ddmd.errors import PortInUse
+from ddmd.ext.loading import load_handlers
 from ddmd.logs import Event
 from ddmd.portbook import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
@@ -72,7 +73,12 @@ async def run(
     forget_after = config.debugger.forget_after_days * SECONDS_PER_DAY
     forgotten_at_start = _log_forgotten(book.expire(forget_after), forget_after)
     ports = VmPorts(book, config.debugger.host)
-    supervisor = Supervisor(config, registry, ports)
+    extensions = load_handlers(config.extensions.disabled)
+    for failure in extensions.failures:
+        log.warning(Event.EXT_LOAD_FAILED, handler=failure.name, error=failure.error)
+    for handler in extensions.handlers:
+        log.info(Event.EXT_LOADED, handler=handler.name, chunk_types=list(handler.chunk_types))
+    supervisor = Supervisor(config, registry, ports, handlers=tuple(extensions.handlers))
     hub = events.EventHub()
     registry_events = events.RegistryEvents(registry, hub)
     scanners: list[PortScanner] = []
@@ -114,6 +120,7 @@ async def run(
                 metrics.metrics_route(metrics.make_registry(collector)),
             ],
             health={"adb": _adb_health(config)},
+            extensions=extensions.to_json(),
         )
         try:
             bound = await root.start(

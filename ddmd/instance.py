@@ -30,7 +30,6 @@ import http.client
 import json
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from ddmd.config import Config
+from ddmd.config.parse import runtime_dir
 from ddmd.errors import DdmdError
 from ddmd.netaddr import connectable, host_port
 
@@ -48,6 +48,7 @@ __all__ = [
     "claim",
     "lock_dir",
     "lock_path",
+    "private_dir",
     "probe",
 ]
 
@@ -116,18 +117,16 @@ def probe(host: str, port: int, token: str = "", timeout: float = PROBE_TIMEOUT)
 
 
 def lock_dir(env: Mapping[str, str]) -> Path:
-    """``$XDG_RUNTIME_DIR/ddmd``, or ``/tmp/ddmd-UID`` when the variable is unset or relative."""
-    runtime = env.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
-        return Path(runtime) / "ddmd"
-    return Path(tempfile.gettempdir()) / f"ddmd-{os.getuid()}"
+    """``$XDG_RUNTIME_DIR/ddmd``, or ``/tmp/ddmd-UID`` when the variable is unset or relative
+    (the directory of the "auto" control socket too)."""
+    return runtime_dir(env)
 
 
 def lock_path(config: Config, env: Mapping[str, str]) -> Path:
     return lock_dir(env) / f"control-{config.control.port}.lock"
 
 
-def _private_dir(directory: Path) -> None:
+def private_dir(directory: Path) -> None:
     """Create `directory` (0700) if needed; refuse one that others could tamper with."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = os.lstat(directory)
@@ -202,7 +201,7 @@ def claim(
     fd: int | None = None
     problem: str | None = None
     try:
-        _private_dir(path.parent)
+        private_dir(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         problem = f"cannot use the lock file {path}: {exc.strerror or exc}"

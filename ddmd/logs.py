@@ -74,14 +74,23 @@ class Event(StrEnum):
     DAEMON_NOTIFY_FAILED = "daemon.notify_failed"
     CONFIG_LOADED = "config.loaded"
     CONFIG_DEFAULTS_USED = "config.defaults_used"
+    # chunk-handler plugins (ddmd.ext)
+    EXT_LOADED = "ext.loaded"
+    EXT_LOAD_FAILED = "ext.load_failed"
+    EXT_HANDLER_FAILED = "ext.handler_failed"
+    EXT_HANDLER_DISABLED = "ext.handler_disabled"
     # listening ports
     LISTENER_NON_LOOPBACK = "listener.non_loopback"
     LISTENER_ACCEPT_FAILED = "listener.accept_failed"
+    # who may connect (ddmd.peers)
+    SECURITY_PEER_REFUSED = "security.peer_refused"
+    SECURITY_UIDS_UNCHECKED = "security.uids_unchecked"
     # discovery by port scan
     SCAN_PROBE_FAILED = "scan.probe_failed"
     SCAN_BACKOFF = "scan.backoff"
     SCAN_PORT_NOT_JDWP = "scan.port_not_jdwp"
     SCAN_PORT_RECOVERED = "scan.port_recovered"
+    SCAN_FOREIGN_VM_SKIPPED = "scan.foreign_vm_skipped"
     # one VM's life
     VM_FOUND = "vm.found"
     VM_REJECTED = "vm.rejected"
@@ -158,6 +167,7 @@ class Event(StrEnum):
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"
     CONTROL_REQUEST_REFUSED = "control.request_refused"
+    CONTROL_SOCKET_STALE = "control.socket_stale_removed"
 
 
 def get_logger(name: str | None = None, **initial_values: Any) -> FilteringBoundLogger:

@@ -107,6 +107,11 @@ class VmHandle(Protocol):
         """Take an accepted debugger connection (sync; the actor runs the session)."""
         ...
 
+    @property
+    def ext_values(self) -> dict[str, Any]:
+        """What each chunk handler last published for this VM (``{handler name: value}``)."""
+        ...
+
 
 @dataclass(slots=True)
 class VmRegistry:
@@ -143,6 +148,11 @@ class VmRegistry:
         """An actor calls this when its snapshot changed in a way listeners care about."""
         if vm_id in self._vms:
             self._notify("changed", vm_id)
+
+    def ext_updated(self, vm_id: str) -> None:
+        """A chunk handler published a new value for this VM (``VmHandle.ext_values``)."""
+        if vm_id in self._vms:
+            self._notify("ext", vm_id)
 
     def key_changed(self, vm_id: str) -> None:
         """An actor calls this when its selection key changed (named, renamed).

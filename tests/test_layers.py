@@ -65,3 +65,21 @@ def test_client_commands_do_not_load_the_daemon_or_the_simulator():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == ""
+
+
+def test_the_plugin_api_imports_nothing_of_the_daemon():
+    # ddmd.ext is what plugins import: it must stay light and stable (standard library only).
+    offending = {
+        path.name: sorted(n for n in ddmd_imports(path) if not n.startswith("ddmd.ext"))
+        for path in sorted((PACKAGE / "ext").glob("*.py"))
+    }
+    assert {name: bad for name, bad in offending.items() if bad} == {}
+    code = (
+        "import sys, ddmd.ext\n"
+        "print(','.join(m for m in ('trio', 'structlog', 'ddmd.session', 'ddmd.daemon')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""

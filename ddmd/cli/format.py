@@ -126,7 +126,14 @@ def format_clients(vms: list[dict[str, Any]]) -> str:
         for vm in vms
     ]
     headers = ("ID", "PID", "APP/PACKAGE", "VM", "DDM", "WAIT", "THREADS", "PORT", "DEBUGGER")
-    text = table((*headers, "CURRENT"), rows)
+    if any(vm.get("kind", "VM") != "VM" for vm in vms):
+        # Clients that are not VMs (ddmd.client, e.g. `ddmd sysmon`) say what they are.
+        kinds = [(*row, vm.get("kind", "VM")) for row, vm in zip(rows, vms, strict=True)]
+        return _with_debuggers(table((*headers, "CURRENT", "KIND"), kinds), vms)
+    return _with_debuggers(table((*headers, "CURRENT"), rows), vms)
+
+
+def _with_debuggers(text: str, vms: list[dict[str, Any]]) -> str:
     attached = [(vm, d) for vm in vms for d in vm.get("debuggers") or ()]
     if attached:
         text += "\n\ndebuggers attached:\n" + table(

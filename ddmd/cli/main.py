@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from ddmd import __version__, instance
-from ddmd.cli import client, events, ports
+from ddmd.cli import client, events, ext, ports
 from ddmd.cli.client import config_option
 from ddmd.cli.hprof import hprof_summary
 from ddmd.cli.trace import trace_report
@@ -293,9 +293,10 @@ COMMANDS: list[click.Command] = [
     *client.VM_COMMANDS,
     ports.ports,
     events.events,
-    hprof_summary,
-    trace_report,
+    ext.extensions,
 ]
+#: Commands that read a file and need no daemon.
+FILE_COMMANDS: list[click.Command] = [hprof_summary, trace_report]
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *FILE_COMMANDS):
     main.add_command(_command)

@@ -69,19 +69,20 @@ def _method_json(stats: MethodStats, clocks: Sequence[str]) -> dict[str, Any]:
 def _ranking(
     stats: Sequence[MethodStats], clock: int, top: int, clocks: Sequence[str]
 ) -> dict[str, Any]:
+    limit = top or None  # 0: every method
     return {
         "methods": sum(1 for s in stats if s.calls or any(s.exclusive)),
         "by_inclusive": [
-            _method_json(s, clocks) for s in top_methods(stats, "inclusive", clock, top)
+            _method_json(s, clocks) for s in top_methods(stats, "inclusive", clock, limit)
         ],
         "by_exclusive": [
-            _method_json(s, clocks) for s in top_methods(stats, "exclusive", clock, top)
+            _method_json(s, clocks) for s in top_methods(stats, "exclusive", clock, limit)
         ],
     }
 
 
 def report_json(profile: TraceProfile, *, top: int, file: str) -> dict[str, Any]:
-    """The report as plain JSON data (what ``--json`` prints)."""
+    """The report as plain JSON data (what ``--json`` prints); ``top=0`` lists every method."""
     clocks = profile.clocks
     clock = profile.time_clock
     header = profile.header
@@ -226,10 +227,10 @@ def format_report(body: dict[str, Any]) -> str:
 @click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
 @click.option(
     "--top",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=0),
     default=10,
     show_default=True,
-    help="How many methods each table lists.",
+    help="How many methods each table lists (0: all).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def trace_report(file: Path, top: int, as_json: bool) -> None:

@@ -49,8 +49,10 @@ that connection; a failing handler or callback is logged and the client keeps se
 Logs (structlog, logger ``ddmd.client``): ``client.listening``, ``client.connected``,
 ``client.disconnected``, ``client.handshake_failed``, ``client.handler_failed``,
 ``client.callback_failed``, ``client.request_malformed``, ``client.protocol_error``,
-``client.port_busy``; at debug level ``client.request_unhandled``, ``client.command_refused``,
-``client.reply_dropped``.
+``client.port_busy``, ``client.accept_failed``, ``client.connection_failed`` (a bug, with its
+traceback), ``client.stopping`` (`DdmClient.run` got a signal); at debug level
+``client.reply_dropped``, and once per type and connection ``client.request_unhandled`` and
+``client.command_refused``.
 
 Layer: ``ddmd.protocol``, trio and structlog; nothing of the daemon.
 """

@@ -200,6 +200,7 @@ class DdmClient:
         self._malformed = 0
         self._refused = 0
         self._pushes = 0
+        self._seen: set[str] = set()  # what was logged once on this connection
         self._log = logger.bind(app=app_name)
 
     # ------------------------------------------------------------------------- properties
@@ -258,7 +259,8 @@ class DdmClient:
         ``data`` is the request's chunk data (bytes, possibly empty). The handler returns
         ``(type, data)``, the reply chunk (usually the request's own type), or None for an empty
         reply. It may be a coroutine function (cancelled after ``handler_timeout``); a plain
-        function must not block. Requests are handled one at a time, in order. An exception
+        function must not block. Requests are handled one at a time, in order; chunks a
+        handler pushes with `send_chunk` reach the server before its reply. An exception
         is logged (``client.handler_failed``) and answered with a FAIL chunk (code 1, the
         exception's text); the client keeps serving.
 
@@ -344,10 +346,7 @@ class DdmClient:
             self._log.info("client.listening", host=self._host)
             task_status.started(self._port)
             while True:
-                try:
-                    stream = await listener.accept()
-                finally:
-                    await listener.aclose()
+                stream = await self._accept(listener)
                 try:
                     await self._serve_connection(stream)
                 except Exception:  # the edge: one connection's bug never stops the client
@@ -383,6 +382,20 @@ class DdmClient:
         for extra in listeners[1:]:
             await extra.aclose()
         return listeners[0]
+
+    async def _accept(self, listener: trio.SocketListener) -> trio.SocketStream:
+        """The next connection; the listener is closed once it is in (or on cancellation).
+        Running out of file descriptors or memory is waited out, as trio's serve_listeners
+        does."""
+        try:
+            while True:
+                try:
+                    return await listener.accept()
+                except OSError as exc:
+                    self._log.warning("client.accept_failed", error=str(exc))
+                    await trio.sleep(0.1)
+        finally:
+            await listener.aclose()
 
     async def _listen_again(self) -> trio.SocketListener:
         """Rebind the port after a connection. It can be taken for a moment (an outgoing
@@ -431,6 +444,7 @@ class DdmClient:
             self._log.info("client.handshake_failed", peer=peer, error="the echo was not sent")
             return
         self._connections += 1
+        self._seen.clear()
         self._log.info("client.connected", peer=peer)
         try:
             with conn.scope:
@@ -486,9 +500,9 @@ class DdmClient:
                 reply = await self._answer_ddm(event)
             else:
                 self._refused += 1
-                self._log.debug(
-                    "client.command_refused", command=f"{event.command_set}/{event.command}"
-                )
+                command = f"{event.command_set}/{event.command}"
+                if self._first_time(command):
+                    self._log.debug("client.command_refused", command=command)
                 reply = ReplyPacket(event.id, ErrorCode.NOT_IMPLEMENTED)
             try:
                 await conn.send(encode(reply))
@@ -521,7 +535,9 @@ class DdmClient:
             # No handler: an empty reply, as the draft, Dalvik, ART 5-8 and ART with its agent
             # answer an unknown type (ART 9+ without the agent sends nothing at all).
             self._unhandled += 1
-            self._log.debug("client.request_unhandled", type=ddm.type_name(chunk.chunk_type))
+            name = ddm.type_name(chunk.chunk_type)
+            if self._first_time(name):
+                self._log.debug("client.request_unhandled", type=name)
             return ReplyPacket(packet.id)
         name, handler = entry
         return ReplyPacket(packet.id, 0, await self._call_handler(name, handler, chunk))
@@ -546,6 +562,14 @@ class DdmClient:
             self._log.warning("client.handler_failed", type=name, error=repr(exc), exc_info=True)
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return ddm.encode_chunk(ddm.Fail(_FAIL_CODE, message[:_FAIL_MESSAGE_MAX]))
+
+    def _first_time(self, what: str) -> bool:
+        """True the first time on this connection: a server polling a type the client does
+        not serve (ddmd's thread-state polls) is logged once, not at every poll."""
+        if what in self._seen:
+            return False
+        self._seen.add(what)
+        return True
 
     # ------------------------------------------------------------------------- callbacks
 

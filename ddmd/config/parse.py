@@ -19,6 +19,8 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import pwd
+import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
@@ -34,12 +36,15 @@ from ddmd.config.schema import (
     LOG_FORMATS,
     LOG_LEVELS,
     MAX_PORT,
+    MAX_SOCKET_PATH,
     MIN_PORT,
+    UNKNOWN_PEER_MODES,
     AdbConfig,
     AdbMode,
     Config,
     ControlConfig,
     DebuggerConfig,
+    ExtensionsConfig,
     LimitsConfig,
     LogConfig,
     LogFormat,
@@ -49,6 +54,7 @@ from ddmd.config.schema import (
     ScanConfig,
     SecurityConfig,
     TimeoutsConfig,
+    UnknownPeer,
     host_problem,
     is_int,
     is_loopback_host,
@@ -90,6 +96,9 @@ def _suggest(name: str, allowed: tuple[str, ...]) -> str:
 
 
 _T = TypeVar("_T")
+
+#: The largest user id (uid_t is 32 bits; 2**32-1 means "no user").
+MAX_UID = 2**32 - 2
 
 
 class _Section:
@@ -162,6 +171,18 @@ class _Section:
             raise self.error(key, "must not contain a NUL character", value)
         return value
 
+    def strings(self, key: str) -> tuple[str, ...]:
+        """A list of non-empty strings (``disabled = ["a", "b"]``)."""
+        value = self.raw(key)
+        if not isinstance(value, list):
+            raise self.error(key, f"expected a list of strings, got {_toml_type(value)}", value)
+        for item in value:
+            if not isinstance(item, str) or not item or "\x00" in item:
+                raise self.error(
+                    key, f"expected a list of non-empty strings; {item!r} is not one", value
+                )
+        return tuple(value)
+
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
         value = self.raw(key)
         allowed = ", ".join(repr(c) for c in choices)
@@ -212,6 +233,58 @@ class _Section:
         except ValueError as exc:
             raise self.error(key, str(exc), value) from None
 
+    def users(self, key: str) -> tuple[int, ...]:
+        """A list of uids (integers) and user names (strings, looked up in the user database
+        now, so a name that does not exist is reported here rather than ignored later)."""
+        value = self.raw(key)
+        if not isinstance(value, list):
+            raise self.error(
+                key, f"expected a list of user ids or user names, got {_toml_type(value)}", value
+            )
+        uids: list[int] = []
+        for item in value:
+            if is_int(item):
+                if not 0 <= item <= MAX_UID:
+                    raise self.error(key, f"user id {item} is outside 0-{MAX_UID}", value)
+                uids.append(item)
+            elif isinstance(item, str) and item and "\x00" not in item:
+                try:
+                    uids.append(pwd.getpwnam(item).pw_uid)
+                except KeyError:
+                    problem = f"no user named {item!r} on this system (give a user id instead)"
+                    raise self.error(key, problem, value) from None
+            else:
+                raise self.error(
+                    key, f"expected user ids or user names; {item!r} is neither", value
+                )
+        return tuple(dict.fromkeys(uids))
+
+    def control_socket(
+        self, key: str, port: int, env: Mapping[str, str], base_dir: Path | None
+    ) -> Path | None:
+        """The unix socket's path: "auto" is `runtime_dir`/control-PORT.sock, "" none (None),
+        anything else a path ("~/" is the home directory; a relative path is taken relative to
+        the config file's directory)."""
+        raw = self.text(key)
+        if raw == "":
+            return None
+        if raw == "auto":
+            path = runtime_dir(env) / f"control-{port}.sock"
+        else:
+            path = _resolve_path(raw, env, base_dir)
+            if not path.is_absolute():
+                path = Path(os.path.abspath(path))
+        length = len(os.fsencode(path))
+        if length > MAX_SOCKET_PATH:
+            where = f" ({path})" if raw == "auto" else ""
+            raise self.error(
+                key,
+                f"the socket path{where} is {length} bytes long; a unix socket path has at most "
+                f"{MAX_SOCKET_PATH}: choose a shorter one",
+                raw,
+            )
+        return path
+
     def host(self, key: str) -> str:
         value = self.text(key, allow_empty=False)
         problem = host_problem(value)
@@ -256,6 +329,16 @@ def _resolve_path(raw: str, env: Mapping[str, str], base_dir: Path | None) -> Pa
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     return path
+
+
+def runtime_dir(env: Mapping[str, str]) -> Path:
+    """ddmd's directory for its lock files and control socket: ``$XDG_RUNTIME_DIR/ddmd``, or
+    ``/tmp/ddmd-UID`` when the variable is unset or relative (the XDG spec says to ignore a
+    relative value)."""
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        return Path(runtime) / "ddmd"
+    return Path(tempfile.gettempdir()) / f"ddmd-{os.getuid()}"
 
 
 def _adb_port(section: _Section, env: Mapping[str, str]) -> int:
@@ -337,7 +420,11 @@ def parse_config(
         section.check_unknown_keys()
 
     sc = sec["security"]
-    security = SecurityConfig(allow_non_loopback=sc.get(sc.boolean, "allow_non_loopback"))
+    security = SecurityConfig(
+        allow_non_loopback=sc.get(sc.boolean, "allow_non_loopback"),
+        allowed_uids=sc.get(sc.users, "allowed_uids"),
+        unknown_peer=cast("UnknownPeer", sc.get(sc.choice, "unknown_peer", UNKNOWN_PEER_MODES)),
+    )
     # Unknown when that key itself is wrong: then the loopback rule is not applied at all.
     allow_non_loopback = None if sc.failed("allow_non_loopback") else security.allow_non_loopback
 
@@ -389,11 +476,23 @@ def parse_config(
     )
 
     c = sec["control"]
+    control_port = c.get(c.port, "port")
     control = ControlConfig(
         host=c.get(c.listen_host, "host", allow_non_loopback),
-        port=c.get(c.port, "port"),
+        port=control_port,
         token=c.get(c.text, "token"),
+        socket=c.get(c.control_socket, "socket", control_port, env, base_dir),
+        tcp=c.get(c.boolean, "tcp"),
     )
+    if not control.tcp and control.socket is None and not c.failed("socket", "tcp"):
+        c.report(
+            c.error(
+                "tcp",
+                'false turns the TCP listener off, and [control] socket = "" turns the unix '
+                "socket off: the control API would not listen at all",
+                False,
+            )
+        )
 
     m = sec["monitor"]
     monitor = MonitorConfig(
@@ -420,6 +519,9 @@ def parse_config(
         level=cast("LogLevel", lg.get(lg.choice, "level", LOG_LEVELS)),
     )
 
+    ex = sec["extensions"]
+    extensions = ExtensionsConfig(disabled=ex.get(ex.strings, "disabled"))
+
     config = Config(
         scan=scan,
         adb=adb,
@@ -430,6 +532,7 @@ def parse_config(
         limits=limits,
         log=log,
         security=security,
+        extensions=extensions,
         source=source,
     )
     _check_ports(config, sec)

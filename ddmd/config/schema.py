@@ -27,6 +27,7 @@ __all__ = [
     "Config",
     "ControlConfig",
     "DebuggerConfig",
+    "ExtensionsConfig",
     "LimitsConfig",
     "LogConfig",
     "LogFormat",
@@ -36,6 +37,7 @@ __all__ = [
     "ScanConfig",
     "SecurityConfig",
     "TimeoutsConfig",
+    "UnknownPeer",
     "host_problem",
     "is_int",
     "is_loopback_host",
@@ -44,10 +46,14 @@ __all__ = [
 AdbMode = Literal["auto", "on", "off"]
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+UnknownPeer = Literal["allow", "refuse"]
 
 ADB_MODES: Final = ("auto", "on", "off")
 LOG_FORMATS: Final = ("auto", "json", "console")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+UNKNOWN_PEER_MODES: Final = ("allow", "refuse")
+#: The longest path a unix socket can have (sun_path holds 108 bytes with the final NUL).
+MAX_SOCKET_PATH: Final = 107
 
 #: Where adb's server listens unless ANDROID_ADB_SERVER_PORT says otherwise (adb's own rule).
 DEFAULT_ADB_PORT: Final = 5037
@@ -85,7 +91,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "max_per_vm": 4,
             }
         ),
-        "control": MappingProxyType({"host": "127.0.0.1", "port": 8710, "token": ""}),
+        "control": MappingProxyType(
+            {"host": "127.0.0.1", "port": 8710, "token": "", "socket": "auto", "tcp": True}
+        ),
         "monitor": MappingProxyType(
             {"thread_poll_interval": 0.5, "always_poll_threads": False, "heap_info": True}
         ),
@@ -109,7 +117,10 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
             }
         ),
         "log": MappingProxyType({"format": "auto", "level": "info"}),
-        "security": MappingProxyType({"allow_non_loopback": False}),
+        "security": MappingProxyType(
+            {"allow_non_loopback": False, "allowed_uids": [], "unknown_peer": "allow"}
+        ),
+        "extensions": MappingProxyType({"disabled": []}),
     }
 )
 
@@ -258,6 +269,9 @@ class ControlConfig:
     host: str
     port: int
     token: str
+    # The unix socket the API also listens on ("auto" and "~" already resolved); None: none.
+    socket: Path | None = None
+    tcp: bool = True  # false: no TCP listener (the CLI uses the unix socket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,9 +316,20 @@ class LogConfig:
 
 @dataclass(frozen=True, slots=True)
 class SecurityConfig:
-    """[security]: allow_non_loopback must be true for a listening host that is not loopback."""
+    """[security]: allow_non_loopback must be true for a listening host that is not loopback;
+    allowed_uids (user names already turned into uids) may connect besides ddmd's own uid and
+    root; unknown_peer decides for a peer whose owner cannot be found (`ddmd.peers`)."""
 
     allow_non_loopback: bool
+    allowed_uids: tuple[int, ...] = ()
+    unknown_peer: UnknownPeer = "allow"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionsConfig:
+    """[extensions]: chunk-handler plugins (entry points ``ddmd.handlers``) not to load."""
+
+    disabled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +345,7 @@ class Config:
     limits: LimitsConfig
     log: LogConfig
     security: SecurityConfig
+    extensions: ExtensionsConfig = field(default_factory=ExtensionsConfig)
     source: str | None = field(default=None, compare=False)
 
     @classmethod

@@ -233,7 +233,9 @@ class _Api:
         return JSONResponse({**body, **self.health_extra})
 
     async def vms(self, request: Request) -> Response:
-        return JSONResponse([s.to_json() for s in self._registry.snapshots()])
+        return JSONResponse(
+            [{**h.snapshot().to_json(), "kind": _kind(h)} for h in self._registry.handles()]
+        )
 
     async def devices(self, request: Request) -> Response:
         counts: dict[str, int] = {}
@@ -243,6 +245,17 @@ class _Api:
         return JSONResponse(
             [d.to_json(vms=counts.get(d.serial, 0)) for d in self._registry.devices()]
         )
+
+    #: What ``GET /api/v1/extensions`` answers (the daemon passes the loaded handlers).
+    extensions: Mapping[str, Any] = MappingProxyType({"loaded": [], "failed": [], "disabled": []})
+
+    async def ext_list(self, request: Request) -> Response:
+        return JSONResponse(dict(self.extensions))
+
+    async def ext(self, request: Request) -> Response:
+        """What each chunk handler last published for this VM."""
+        handle = self._resolve(request)
+        return JSONResponse({"vm": handle.vm_id, "ext": dict(handle.ext_values)})
 
     async def vm(self, request: Request) -> Response:
         snapshot = self._resolve(request).snapshot()
@@ -448,6 +461,15 @@ class _Api:
         return JSONResponse({"forgotten": entry.to_json(in_use=False)})
 
 
+def _kind(handle: VmHandle) -> str:
+    """What a DDM client is: "VM", or what a chunk handler said it is (a published value with
+    a "kind", e.g. the system monitor's handler says "system monitor")."""
+    for value in handle.ext_values.values():
+        if isinstance(value, dict) and isinstance(value.get("kind"), str):
+            return str(value["kind"])
+    return "VM"
+
+
 def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> Any:
     value = request.query_params.get(name)
     if value is None or value == "":
@@ -500,6 +522,7 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     ports: PortBookOwner | None = None,
     health: Mapping[str, Any] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The control API over `registry`.
 
@@ -512,6 +535,8 @@ def create_app(
     api = _Api(registry, version, ports)
     if health:
         api.health_extra = MappingProxyType(dict(health))
+    if extensions is not None:
+        api.extensions = MappingProxyType(dict(extensions))
     vm = API_PREFIX + "/vms/{target:path}"
     routes = [
         Route(API_PREFIX + "/health", _guarded(api.health), methods=["GET"]),
@@ -521,6 +546,8 @@ def create_app(
         Route(vm + "/threads/{thread:path}/stack", _guarded(api.stack), methods=["GET"]),
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
+        Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
+        Route(API_PREFIX + "/extensions", _guarded(api.ext_list), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
         Route(vm + "/heap.png", _guarded(api.heap_png), methods=["GET"]),
         Route(API_PREFIX + "/heap/legend", _guarded(api.heap_legend), methods=["GET"]),

@@ -26,6 +26,7 @@ Events (JSON object ``{"event": NAME, "ts": ISO-8601 UTC like the log's, "vm": I
     threads.updated          threads [thread JSON as in /threads]: pushes (THCR/THDE/THNM)
                              and THST polls, which run only while someone watches the VM
     heap.info                heaps [HPIF heap JSON] after a GC or allocation report
+    ext.updated              ext {handler: value}: a chunk handler (ddmd.ext) published
     heap.dumped              heaps [{heap_id, native, complete, bytes_used, ...}]: a new
                              heap segment image (after "Cause GC" with segments enabled)
     device.changed           device, state, model, product (adb device list)
@@ -95,6 +96,7 @@ class StreamEvent(StrEnum):
     HEAP_DUMPED = "heap.dumped"
     DEVICE_CHANGED = "device.changed"
     DEVICE_GONE = "device.gone"
+    EXT_UPDATED = "ext.updated"
     DAEMON_STOPPING = "daemon.stopping"
     OVERFLOW = "overflow"
 
@@ -320,6 +322,10 @@ class RegistryEvents:
             self._refresh_current_flags()
         elif kind == "device":
             self._device(key)
+        elif kind == "ext":
+            handle = self._registry.get(key)
+            if handle is not None:
+                self._hub.emit(StreamEvent.EXT_UPDATED, vm=key, ext=dict(handle.ext_values))
 
     # ------------------------------------------------------------------ helpers
 

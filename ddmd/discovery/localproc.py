@@ -39,7 +39,7 @@ import ipaddress
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -237,6 +237,126 @@ def _wildcard_serves(bound: IpAddress, target: IpAddress) -> bool:
         return False
     # "::" is dual-stack unless IPV6_V6ONLY was set, which the table does not show: assume it.
     return bound.version == 6 or target.version == 4
+
+
+# --------------------------------------------------------------------------------------------
+# Owners (the peer-uid rule of `ddmd.peers`)
+
+TIME_WAIT = "06"
+
+OwnerStatus = Literal["found", "unreadable", "closed", "absent"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOwner:
+    """Who holds the far end of a connection, as the socket tables tell it.
+
+    ``uid`` is set when ``status`` is "found". Otherwise: "unreadable" (no socket table could
+    be read: not Linux, or ``/proc`` hidden), "closed" (the far end was closed already: the
+    kernel keeps such a row without an owner), "absent" (no row for that pair of addresses:
+    the far end is on another machine, or gone).
+    """
+
+    uid: int | None
+    status: OwnerStatus
+
+
+def _tables(proc_root: str) -> list[str] | None:
+    """The text of ``net/tcp`` and ``net/tcp6``; None when neither can be read."""
+    texts: list[str] = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc_root, "net", table), encoding="ascii", errors="replace") as f:
+                texts.append(f.read())
+        except OSError:
+            continue
+    return texts or None
+
+
+def socket_tables_readable(proc_root: str = "/proc") -> bool:
+    """True when at least one of ``net/tcp``/``net/tcp6`` can be read (Linux)."""
+    return _tables(proc_root) is not None
+
+
+def _port_suffix(port: int) -> str:
+    return f":{port:04X}"
+
+
+def peer_owner(
+    ours: tuple[str, int],
+    peer: tuple[str, int],
+    *,
+    proc_root: str = "/proc",
+    byteorder: ByteOrder = sys.byteorder,
+) -> PeerOwner:
+    """The owner of the socket at the far end of one of our connections.
+
+    ``ours`` is our end's address (``getsockname()``), ``peer`` the far end's
+    (``getpeername()``); both numeric. The far end's row has local = ``peer`` and remote =
+    ``ours``, in any state but LISTEN: a peer that already sent its bytes and half-closed
+    (FIN_WAIT) still has its owner. Rows without an owner, TIME_WAIT rows and those of sockets
+    their process already closed (inode 0, where the uid column reads 0), answer "closed": such
+    a row never counts as root's. Only lines whose ports match are parsed, so a machine with
+    many sockets costs one read of each table and a string comparison per line.
+    """
+    texts = _tables(proc_root)
+    if texts is None:
+        return PeerOwner(None, "unreadable")
+    our_host, peer_host = _parse_host(ours[0]), _parse_host(peer[0])
+    if our_host is None or peer_host is None:
+        return PeerOwner(None, "absent")
+    peer_suffix, our_suffix = _port_suffix(peer[1]), _port_suffix(ours[1])
+    closed = False
+    for text in texts:
+        for line in text.splitlines():
+            fields = line.split(maxsplit=10)
+            if len(fields) < 10:
+                continue
+            if fields[1][-5:].upper() != peer_suffix or fields[2][-5:].upper() != our_suffix:
+                continue
+            row = _parse_row(line, byteorder)
+            if row is None or row.state == LISTEN:
+                continue
+            if row.local != peer_host or row.remote != our_host:
+                continue
+            if row.inode == 0 or row.state == TIME_WAIT:
+                closed = True
+                continue
+            return PeerOwner(row.uid, "found")
+    return PeerOwner(None, "closed" if closed else "absent")
+
+
+def listening_owners(
+    host: str,
+    ports: Collection[int],
+    *,
+    proc_root: str = "/proc",
+    byteorder: ByteOrder = sys.byteorder,
+) -> dict[int, int] | None:
+    """For each of ``ports`` with a LISTEN socket that accepts connections to ``host`` (a
+    numeric address), the uid that created that socket: the same choice as
+    `listening_socket` (a listener bound to the address itself wins over a wildcard one), for
+    many ports in one read of the tables. None when no table can be read or ``host`` is not
+    numeric."""
+    target = _parse_host(host)
+    texts = _tables(proc_root)
+    if target is None or texts is None:
+        return None
+    wanted = set(ports)
+    exact: dict[int, int] = {}
+    wildcard: dict[int, int] = {}
+    for text in texts:
+        for line in text.splitlines():
+            row = _parse_row(line, byteorder)
+            if row is None or row.state != LISTEN or row.inode == 0:
+                continue
+            if row.local_port not in wanted:
+                continue
+            if row.local == target:
+                exact.setdefault(row.local_port, row.uid)
+            elif _wildcard_serves(row.local, target):
+                wildcard.setdefault(row.local_port, row.uid)
+    return {**wildcard, **exact}
 
 
 # --------------------------------------------------------------------------------------------

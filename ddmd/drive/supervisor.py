@@ -9,9 +9,9 @@ which discovery does not count against their ports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -80,6 +80,7 @@ class Supervisor:
     on_vm_ended: Callable[[object, bool, str], None] | None = None
     held: set[object] = field(default_factory=set)
     refused: set[object] = field(default_factory=set)  # keys refused by [limits] max_vms
+    handlers: Sequence[Any] = ()  # chunk handlers (ddmd.ext), the same objects for every VM
     actors: dict[str, VmDriver] = field(default_factory=dict)
     _scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict)
@@ -140,6 +141,7 @@ class Supervisor:
             expected_pid=found.pid,
             process=found.process,
             ports=self.ports,
+            handlers=self.handlers,
         )
         self.actors[found.vm_id] = actor
         scope = self._scopes[found.vm_id] = trio.CancelScope()

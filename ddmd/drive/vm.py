@@ -23,6 +23,7 @@ import itertools
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ from ddmd.session.commands import (
     CloseDebugger,
     Command,
     Log,
+    Publish,
     Reconnect,
     Reject,
     Resolve,
@@ -131,6 +133,10 @@ def settings_from(config: Config) -> SessionSettings:
     )
 
 
+def _vm_json(snapshot: VmSnapshot) -> dict[str, Any]:
+    return snapshot.to_json()
+
+
 class VmDriver:
     """The one owner of a VM's connections. Serves ``VmHandle`` to the registry and the API."""
 
@@ -146,6 +152,7 @@ class VmDriver:
         expected_pid: int | None = None,
         ports: VmPorts | None = None,
         process: ProcessInfo | None = None,
+        handlers: Sequence[Any] = (),
     ) -> None:
         self._vm_id = vm_id
         self._config = config
@@ -160,7 +167,10 @@ class VmDriver:
             process_pid=process.pid if process is not None else None,
             process_name=process.name if process is not None else None,
             settings=settings_from(config),
+            handlers=handlers,
+            handler_view=_vm_json,
         )
+        self.ext_values: dict[str, Any] = {}  # chunk handler name -> what it published
         self._log = log.bind(vm=vm_id)
         self._nursery: trio.Nursery | None = None
         self._vm: Outbox | None = None
@@ -380,12 +390,13 @@ class VmDriver:
                 return self._feed_vm(VmBytes(b"")) or "eof"
             self._packets_in += 1
             self._bytes_in += len(data)
+            data = bytes(data)  # trio gives bytes: no copy
             relayed = self._session.relay_vm(data)
             if relayed is not None:
                 broken = None
                 self._act(relayed)
             else:
-                broken = self._feed_vm(VmBytes(bytes(data)))
+                broken = self._feed_vm(VmBytes(data))
             if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
             if broken is not None:
@@ -501,6 +512,9 @@ class VmDriver:
                     self._nursery.start_soon(self._close_debugger, debugger, command.reason)
         elif isinstance(command, SelectMe):
             self._registry.select(self._vm_id, reason=command.reason)
+        elif isinstance(command, Publish):
+            self.ext_values[command.handler] = command.value
+            self._registry.ext_updated(self._vm_id)
         elif isinstance(command, Reconnect):
             self._reconnect = True
             if self._conn_scope is not None:
@@ -604,11 +618,12 @@ class VmDriver:
                             )
                             reason = "handshake timed out"
                             break
+                    data = bytes(data)  # trio gives bytes: no copy
                     relayed = session.relay_debugger(debugger.number, data)
                     if relayed is not None:
                         self._act(relayed)
                     else:
-                        self._feed(DebuggerBytes(debugger.number, bytes(data)))
+                        self._feed(DebuggerBytes(debugger.number, data))
                     if self._dirty and not self._write_now():
                         debugger.writing = True
                         try:

@@ -138,6 +138,7 @@ __all__ = [
     "UnknownChunk",
     "ViewDebug",
     "Zlib",
+    "chunk_type_code",
     "chunks_of",
     "compress_chunk",
     "ddm_command",
@@ -147,8 +148,12 @@ __all__ = [
     "encode_chunks",
     "inflate_chunk",
     "is_ddm",
+    "raw_chunk",
+    "split_chunks",
+    "thread_info",
     "thread_state",
     "thread_state_label",
+    "thread_status_rows",
     "type_name",
 ]
 
@@ -2089,6 +2094,46 @@ def decode_chunks(data: bytes | bytearray | memoryview, direction: Direction) ->
         chunks.append(_decode_view(chunk_type, view[start : start + length], direction))
         pos = start + length
     return tuple(chunks)
+
+
+def split_chunks(data: bytes | bytearray | memoryview) -> list[tuple[int, bytes]]:
+    """The chunks of a DDM packet's data as (type, data) pairs, not decoded (what chunk
+    handlers get); the same framing checks as ``decode_chunks``."""
+    view = _as_view(data)
+    end = len(view)
+    pos = 0
+    out: list[tuple[int, bytes]] = []
+    while pos < end:
+        if end - pos < CHUNK_HEADER_SIZE:
+            raise RemoteProtocolError(
+                f"DDM: {end - pos} bytes left over at offset {pos} after {len(out)} chunks; "
+                f"a chunk header needs {CHUNK_HEADER_SIZE}"
+            )
+        chunk_type, length = _CHUNK_HEADER.unpack_from(view, pos)
+        start = pos + CHUNK_HEADER_SIZE
+        if length > end - start:
+            raise RemoteProtocolError(
+                f"DDM: {type_name(chunk_type)} chunk at offset {pos} declares {length} bytes of "
+                f"data, only {end - start} remain"
+            )
+        out.append((chunk_type, bytes(view[start : start + length])))
+        pos = start + length
+    return out
+
+
+def chunk_type_code(name: str) -> int:
+    """The u4 of a four-character chunk type name ("THST" -> 0x54485354)."""
+    raw = name.encode("ascii", "strict") if name.isascii() else b""
+    if len(raw) != 4:
+        raise LocalProtocolError(f"a chunk type is four ASCII characters, not {name!r}")
+    return int.from_bytes(raw, "big")
+
+
+def raw_chunk(chunk_type: int, data: bytes) -> bytes:
+    """One chunk from its type and data, as they are (no class, no checks of the data)."""
+    if len(data) > 0xFFFFFFFF:
+        raise LocalProtocolError(f"chunk data of {len(data)} bytes does not fit a u4")
+    return _CHUNK_HEADER.pack(chunk_type, len(data)) + data
 
 
 def encode_chunk(chunk: Chunk) -> bytes:

@@ -26,7 +26,9 @@ Rules of this reader (its own decisions):
   "[I", "[[Ljava/lang/String;") become the Java source form ("java.lang.String", "int[]",
   "java.lang.String[][]"). Primitive arrays carry no class id, so they are named from
   their element type. Classes of the same name (several class loaders) share one row.
-  A class whose LOAD CLASS record never came is shown as ``class@0x...``.
+  Names come from LOAD CLASS records, which HotSpot and ART write before the first heap
+  dump; there the reader drops the strings no class or heap needs, so a class loaded
+  later with an earlier name string, or never loaded, is shown as ``class@0x...``.
 * **Heaps.** Objects belong to the heap named by the last HEAP DUMP INFO record (the name
   string, or for an unknown string the heap type: 'A' app, 'I' image, 'Z' zygote, 0
   default); it stays in force across segments. Objects before any such record, and all

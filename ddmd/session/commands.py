@@ -96,6 +96,15 @@ class Reject:
     message: str
 
 
+@dataclass(slots=True)
+class Publish:
+    """A chunk handler published ``value`` (checked to be JSON) for this VM: keep it, serve it
+    and announce it (``ext.updated``)."""
+
+    handler: str
+    value: Any
+
+
 Command = (
     SendToVm
     | SendToDebugger
@@ -107,4 +116,5 @@ Command = (
     | SelectMe
     | Resolve
     | Reject
+    | Publish
 )

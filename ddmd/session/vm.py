@@ -25,25 +25,36 @@ API calls (``Call``) are answered with ``Resolve``/``Reject``:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import LocalProtocolError, ProtocolError
 from ddmd.protocol.expect import Answer, Expect, Judgement, expectation, judge
 from ddmd.protocol.idmap import Pending
-from ddmd.protocol.jdwp import CommandPacket, CommandSet, ReplyPacket, VirtualMachineCommand
+from ddmd.protocol.jdwp import (
+    DDM_COMMAND,
+    CommandPacket,
+    CommandSet,
+    ReplyPacket,
+    VirtualMachineCommand,
+)
 from ddmd.session.calls import CallsMixin, Own, PendingCall
 from ddmd.session.commands import (
     Changed,
     CloseDebugger,
     Command,
     Log,
+    Publish,
     Reconnect,
     SelectMe,
     SendToDebugger,
     SendToVm,
     WakeMeAt,
 )
+from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
 from ddmd.session.inputs import (
     Call,
     DebuggerBytes,
@@ -104,6 +115,8 @@ class VmSession(CallsMixin):
         process_pid: int | None = None,
         process_name: str | None = None,
         settings: SessionSettings | None = None,
+        handlers: Sequence[HandlerLike] = (),
+        handler_view: Callable[[VmSnapshot], dict[str, Any]] | None = None,
     ) -> None:
         self.vm_id = vm_id
         self.source = source
@@ -122,6 +135,8 @@ class VmSession(CallsMixin):
         )
         self.identified = False
         self.connected_at: float | None = None
+        self.handlers = HandlerHost(vm_id, handlers, self)
+        self._handler_view = handler_view or dataclasses.asdict
         self._out: list[Command] = []
         self._own: dict[int, Own] = {}
         self._calls: dict[int, PendingCall] = {}
@@ -246,6 +261,7 @@ class VmSession(CallsMixin):
 
     def _drop_own(self, why: str) -> None:
         """The connection ends (closed or reopened): every pending request fails at once."""
+        self.handlers.disconnected()
         self.router.disconnected()
         self._own.clear()
         self._thst = None
@@ -295,6 +311,9 @@ class VmSession(CallsMixin):
 
     def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
         self._touched = True
+        if self.handlers.owns(pending):
+            self.handlers.reply(pending, packet)
+            return []
         own = self._own.pop(pending.vm_id, None)
         if own is None:
             return []
@@ -387,6 +406,7 @@ class VmSession(CallsMixin):
                 "vm.hello_failed", error=f"{self.name} sent a malformed answer ({judgement.reason})"
             )
             self._identified()
+            self.handlers.connected()
             return
         for chunk in judgement.chunks:
             if isinstance(chunk, ddm.HeloReply):
@@ -401,12 +421,32 @@ class VmSession(CallsMixin):
             self._heap_info_subscribed = True
             probe = self._ask(ddm.HeapInfoRequest(1), "hpif-now", "HPIF", now)
             probe.seen = self.model.heap_info_seq
+        self.handlers.connected()  # their set-up requests go out after ddmd's own
 
     def _identified(self) -> None:
         if self.state == "identifying":
             self._goto("identified")
         self.identified = True
         self._out.append(Changed(renamed=True))
+
+    # ------------------------------------------------------------------ chunk handlers' side
+
+    def handler_send(self, origin: HandlerOrigin, data: bytes) -> int:
+        self._touched = True
+        vm_id, send = self.router.send_own(
+            origin, CommandSet.DDM, DDM_COMMAND, data, self._now + self.settings.ddm_request
+        )
+        self._out.append(send)
+        return vm_id
+
+    def handler_log(self, event: str, level: str, **fields: object) -> None:
+        self._log(event, level, **fields)
+
+    def handler_publish(self, name: str, value: Any) -> None:
+        self._out.append(Publish(name, value))
+
+    def handler_snapshot(self) -> dict[str, Any]:
+        return self._handler_view(self.snapshot())
 
     def _check_heap_probe(self, own: Own) -> None:
         """HPIF now always produces heap info where the VM has the handler (pushed before the
@@ -429,6 +469,7 @@ class VmSession(CallsMixin):
             return []
         for chunk in chunks:
             self._apply(chunk)
+        self.handlers.push(packet)
         return []
 
     def _apply(self, chunk: ddm.Chunk) -> None:
@@ -443,6 +484,9 @@ class VmSession(CallsMixin):
 
     def _tick(self, now: float) -> None:
         for entry in self.router.ids.expire(now):
+            if self.handlers.owns(entry):
+                self.handlers.expired(entry)
+                continue
             own = self._own.pop(entry.vm_id, None)
             if own is not None:
                 self._expired(own)

@@ -13,7 +13,14 @@ from dataclasses import replace
 import click
 import trio
 
-from ddmd.sim.config import FLAVORS, Flavor, SimConfig, check_type_name
+from ddmd.sim.config import (
+    FLAVORS,
+    HPROF_BYTES_MAX,
+    HPROF_BYTES_MIN,
+    Flavor,
+    SimConfig,
+    check_type_name,
+)
 from ddmd.sim.vm import SimVm
 
 __all__ = ["make_configs", "serve_many", "sim_command"]
@@ -94,6 +101,33 @@ def _parse_fail_types(
     return tuple(names)
 
 
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _parse_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
+    """``--hprof-bytes 20M`` -> 20971520 (K, M, G: powers of 1024); None -> 0 (off)."""
+    if value is None:
+        return 0
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    suffix = text[-1:] if text[-1:] in _SIZE_SUFFIXES else ""
+    digits = text[: len(text) - len(suffix)]
+    if not digits.isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not a size: give bytes, or a number with K, M or G (e.g. 1G)",
+            ctx=ctx,
+            param=param,
+        )
+    size = int(digits) * _SIZE_SUFFIXES[suffix]
+    if not HPROF_BYTES_MIN <= size <= HPROF_BYTES_MAX:
+        raise click.BadParameter(
+            f"{value} is {size} bytes; a streamed heap dump is {HPROF_BYTES_MIN} to "
+            f"{HPROF_BYTES_MAX} bytes",
+            ctx=ctx,
+            param=param,
+        )
+    return size
+
+
 @click.command("sim", short_help="Run simulated DDM-speaking VMs for experiments and tests.")
 @click.option(
     "--port",
@@ -167,6 +201,14 @@ def _parse_fail_types(
     is_flag=True,
     help="Answer DBGD with a DBGD chunk (the draft's acknowledgement), as no shipped VM does.",
 )
+@click.option(
+    "--hprof-bytes",
+    metavar="SIZE",
+    default=None,
+    callback=_parse_size,
+    help="Make the streamed heap dump a generated one of exactly SIZE bytes (e.g. 1G), sent "
+    "in pieces and never held in memory (default: the small dump of the simulated heap).",
+)
 def sim_command(
     port: int,
     count: int,
@@ -185,6 +227,7 @@ def sim_command(
     seed: int | None,
     ack_dbgd: bool,
     fail: tuple[str, ...],
+    hprof_bytes: int,
 ) -> None:
     """Run simulated DDM-speaking VMs on 127.0.0.1 until Ctrl-C or SIGTERM."""
     base = SimConfig(
@@ -204,6 +247,7 @@ def sim_command(
         seed=seed,
         ack_dbgd=ack_dbgd,
         fail_types=fail,
+        hprof_bytes=hprof_bytes,
     )
     try:
         configs = make_configs(base, count)

@@ -6,6 +6,7 @@ Layer: imports `ddmd.protocol` (the packet decoder) and trio; used by `sim.vm`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import trio
@@ -61,6 +62,15 @@ class Connection:
             raise ConnectionBrokenError
         async with self.lock:
             await self.send_locked(data)
+
+    async def send_pieces(self, pieces: Iterable[bytes]) -> None:
+        """Write one packet given in pieces (a large push), holding the send lock until the
+        last piece so nothing lands in between; each piece gets ``send_timeout``."""
+        if self.broken:
+            raise ConnectionBrokenError
+        async with self.lock:
+            for piece in pieces:
+                await self.send_locked(piece)
 
     async def send_locked(self, data: bytes) -> None:
         """``send`` for a caller that already holds ``lock``."""

@@ -108,6 +108,18 @@ class HeapContent:
     arrays: tuple[ArraySpec, ...] = ()
     timestamp_ms: int = _TIMESTAMP_MS
 
+    def __post_init__(self) -> None:
+        heaps = [spec.heap for spec in self.classes]
+        heaps += [heap for spec in self.classes for heap, _ in spec.instances]
+        heaps += [array.heap for array in self.arrays]
+        unknown = sorted(set(heaps) - set(HEAPS))
+        if unknown:
+            raise ValueError(f"unknown heaps {unknown}: a simulated dump has {list(HEAPS)}")
+        counts = [n for spec in self.classes for _, n in spec.instances]
+        counts += [n for array in self.arrays for n in (array.count, array.length)]
+        if any(n < 0 for n in counts):
+            raise ValueError("instance counts and array lengths cannot be negative")
+
     def all_classes(self) -> tuple[ClassSpec, ...]:
         """The declared classes, then one array class per element type (its class object
         in "image" for primitive and java.* elements, like the boot image; else "app")."""
@@ -229,7 +241,7 @@ def _header(timestamp_ms: int) -> bytes:
 
 @dataclass(slots=True)
 class _Ids:
-    """Deterministic ids: strings, class serials and object addresses per heap."""
+    """Deterministic ids: string ids in order of first use, object addresses per heap."""
 
     strings: dict[str, int] = field(default_factory=dict)
     next_address: dict[str, int] = field(default_factory=lambda: dict(_HEAP_BASE))
@@ -323,7 +335,7 @@ def dump_chunks(content: HeapContent) -> Iterator[bytes]:
     segments = _Segments({heap: ids.string(heap) for heap in HEAPS})
     first_object: dict[str, int] = {}
     # A few roots first (they belong to no heap).
-    object_class = class_ids["java.lang.Object"]
+    object_class = class_ids.get("java.lang.Object", 0)
     roots = bytearray()
     for spec in classes:
         roots += bytes([HeapTag.ROOT_STICKY_CLASS]) + _ID.pack(class_ids[spec.name])

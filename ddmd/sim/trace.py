@@ -17,8 +17,9 @@ counts fixed here (:data:`DEFAULT_CALL_COUNTS`) so tests can compare.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final
 
 from ddmd.protocol.trace import Action, StreamCode
@@ -26,6 +27,14 @@ from ddmd.protocol.trace import Action, StreamCode
 __all__ = [
     "DEFAULT_CALL_COUNTS",
     "DEFAULT_PID",
+    "FETCH",
+    "FIB",
+    "LENGTH",
+    "LOAD",
+    "MESSAGE_INIT",
+    "ON_CREATE",
+    "PARSE",
+    "RUN",
     "SimCall",
     "SimMethod",
     "SimTraceEvent",
@@ -300,16 +309,18 @@ RUN: Final = _m("com.example.mail.SyncWorker", "run", "()V")
 FETCH: Final = _m("com.example.mail.Store", "fetch", "(I)[B")
 
 #: Calls per method in :func:`default_recording` (all threads), by ``full_name``.
-DEFAULT_CALL_COUNTS: Final[dict[str, int]] = {
-    ON_CREATE.full_name: 1,
-    LOAD.full_name: 1,
-    PARSE.full_name: 4,
-    MESSAGE_INIT.full_name: 4,
-    LENGTH.full_name: 3,
-    FIB.full_name: 5,
-    RUN.full_name: 1,
-    FETCH.full_name: 2,
-}
+DEFAULT_CALL_COUNTS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        ON_CREATE.full_name: 1,
+        LOAD.full_name: 1,
+        PARSE.full_name: 4,
+        MESSAGE_INIT.full_name: 4,
+        LENGTH.full_name: 4,
+        FIB.full_name: 5,
+        RUN.full_name: 1,
+        FETCH.full_name: 2,
+    }
+)
 
 
 def _parse_call(cpu: int) -> SimCall:

@@ -3,15 +3,16 @@ tests): the listening socket, one connection at a time, the DDM handlers, pushes
 How it behaves (flavours, replies, pushes) is described in the package docstring (`ddmd.sim`).
 
 Layer: a tool beside the daemon. It imports ``ddmd.protocol`` (JDWP framing, DDM chunks), the
-other ``ddmd.sim`` modules (`config`, `connection`, `threads`, `heap`, `jdwp`), trio and
-structlog, and nothing else from ddmd; nothing in the daemon imports it.
+other ``ddmd.sim`` modules (`config`, `connection`, `threads`, `heap`, `jdwp`, `ddms`), trio
+and structlog, and nothing else from ddmd; nothing in the daemon imports it.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 import structlog
@@ -32,6 +33,7 @@ from ddmd.protocol.ddm import (
     HeloReply,
     HeloRequest,
     NativeHeapSegmentRequest,
+    ResolvedAllocation,
     StackTraceRequest,
     ThreadNotify,
     ThreadStatusRequest,
@@ -54,6 +56,7 @@ from ddmd.protocol.jdwp import (
 )
 from ddmd.sim.config import PRE_INITIALIZED, SimConfig, SimStatistics, refusal
 from ddmd.sim.connection import Connection, ConnectionBrokenError, read_handshake, receive
+from ddmd.sim.ddms import DdmsFeatures
 from ddmd.sim.heap import (
     HeapPiece,
     build_heap,
@@ -62,8 +65,10 @@ from ddmd.sim.heap import (
     mutate_piece,
     native_dump_chunks,
 )
+from ddmd.sim.hprof import HeapContent
 from ddmd.sim.jdwp import Halt, PlainJdwp
 from ddmd.sim.threads import ThreadTable
+from ddmd.sim.trace import TraceRecording
 
 __all__ = ["SimVm"]
 
@@ -96,6 +101,7 @@ class SimVm:
         self._listening = False
         self._conn: Connection | None = None
         self._exited = False
+        self._exit_status: int | None = None
         self._waiting = config.wait_for_debugger
         # ART 9+ loads its debugger agent at the first non-DDM command and keeps it until the
         # process dies: per VM, not per connection (flavours art and modern).
@@ -126,6 +132,10 @@ class SimVm:
         self._pushes_sent = 0
         self._gcs = 0
         self._threads = ThreadTable(config, self._rng)
+        #: Method tracing, heap dumps, the allocation tracker (`sim.ddms`).
+        self.ddms = DdmsFeatures(
+            config, self._threads, self._push, self._push_stream, self._log_info
+        )
         self._ddm_handlers = self._make_ddm_handlers()
         self._jdwp = PlainJdwp(config, self._threads, trio.current_time)
 
@@ -143,6 +153,28 @@ class SimVm:
     @property
     def app_name(self) -> str:
         return self._app_name
+
+    @property
+    def exit_status(self) -> int | None:
+        """The status EXIT (or VirtualMachine.Exit) halted the VM with; None while it runs."""
+        return self._exit_status
+
+    @property
+    def device_files(self) -> dict[str, bytes]:
+        """Files the VM wrote on its "device" (MPRS/MPRE traces, HPDU dumps): path -> bytes."""
+        return self.ddms.device_files
+
+    def recorded_allocations(self) -> tuple[ResolvedAllocation, ...]:
+        """What the allocation tracker recorded, newest first, as REAL reports it now."""
+        return self.ddms.recorded_allocations()
+
+    def trace_recording(self) -> TraceRecording:
+        """What every method trace of this VM holds (calls per method: ``call_counts()``)."""
+        return self.ddms.trace_recording()
+
+    def heap_content(self) -> HeapContent:
+        """What the heap dump holds (``expected_instances()``: the instances per class)."""
+        return self.ddms.heap_content()
 
     def statistics(self) -> SimStatistics:
         conn = self._conn
@@ -165,6 +197,7 @@ class SimVm:
             gcs=self._gcs,
             live_threads=len(self._threads),
             thread_notify=conn is not None and conn.thread_notify,
+            exit_status=self._exit_status,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -318,8 +351,8 @@ class SimVm:
                     await self._on_ddm(conn, event)
                 else:
                     await self._on_jdwp(conn, event)
-            except Halt:
-                self._halt()
+            except Halt as halt:
+                self._halt(halt.status)
                 return
             if conn.close_after_reply:
                 return
@@ -328,9 +361,13 @@ class SimVm:
         await conn.send(encode(ReplyPacket(packet_id, error, data)))
         self._replies_sent += 1
 
-    def _halt(self) -> None:
+    def _halt(self, status: int) -> None:
         self._exited = True
-        self._log.info("sim.exited")
+        self._exit_status = status
+        self._log.info("sim.exited", status=status)
+
+    def _log_info(self, event: str, **kw: object) -> None:
+        self._log.info(event, **kw)
 
     # ----------------------------------------------------------------------------- pushes
 
@@ -349,6 +386,39 @@ class SimVm:
         try:
             await conn.send(self._push_packet(chunk))
         except ConnectionBrokenError:
+            return False
+        self._pushes_sent += 1
+        return True
+
+    async def _push_stream(
+        self, chunk_type: int, length: int, pieces: Iterable[bytes], conn: Connection
+    ) -> bool:
+        """Push one chunk whose ``length`` data bytes come as ``pieces``, never joined: the
+        packet and chunk headers first, then each piece, all under the send lock. False if
+        it could not be sent; a wrong total (a sim bug) breaks the connection."""
+        if conn.broken:
+            return False
+        head = _PUSH_HEADER.pack(
+            11 + _CHUNK_HEADER.size + length, self._next_push_id(), 0, _DDM_SET, 1
+        ) + _CHUNK_HEADER.pack(chunk_type, length)
+        sent = 0
+
+        def counted() -> Iterable[bytes]:
+            nonlocal sent
+            for piece in pieces:
+                sent += len(piece)
+                if sent > length:
+                    break
+                yield piece
+
+        try:
+            await conn.send_pieces(itertools.chain((head,), counted()))
+        except ConnectionBrokenError:
+            return False
+        if sent != length:
+            self._log.error("sim.stream_length_mismatch", declared=length, sent=sent)
+            conn.broken = True
+            conn.cancel_scope.cancel()
             return False
         self._pushes_sent += 1
         return True
@@ -383,6 +453,7 @@ class SimVm:
                 NativeHeapSegmentRequest: self._ddm_nhsg,
                 GcRequest: self._ddm_hpgc,
             }
+        handlers |= self.ddms.handlers()
         if self.config.ack_dbgd:
             handlers[Dbgd] = self._ddm_dbgd
         return handlers
@@ -547,6 +618,7 @@ class SimVm:
             if self._heap is not None:  # built once someone asks for heap info or a dump
                 index = self._rng.randrange(len(self._heap))
                 mutate_piece(self._rng, self._heap[index])
+            self.ddms.after_gc()  # what the app allocated since the last GC
             conn = self._conn
             if conn is None:
                 return

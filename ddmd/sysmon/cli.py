@@ -25,6 +25,7 @@ from ddmd.config.schema import is_loopback_host
 from ddmd.errors import ConfigError
 from ddmd.logs import FORMATS, configure
 from ddmd.sysmon.client import APP_NAME, SystemMonitor
+from ddmd.sysmon.proc import PROC
 
 __all__ = ["first_free_port", "sysmon_command"]
 
@@ -65,9 +66,7 @@ async def _serve_until_signal(monitor: SystemMonitor) -> None:
                 return
 
 
-@click.command(
-    "sysmon", short_help="Report this machine's load, memory and CPU use to ddmd (a DDM client)."
-)
+@click.command("sysmon", short_help="Report this machine's load, memory and CPU use to ddmd.")
 @click.option(
     "--port",
     "-p",
@@ -115,6 +114,10 @@ def sysmon_command(
             click.echo(f"ddmd sysmon: {' '.join(str(problem).split())}", err=True)
         raise click.exceptions.Exit(EXIT_CONFIG) from None
     configure(fmt=log_format or config.log.format, level=(log_level or config.log.level).lower())
+    if not all(os.access(PROC / name, os.R_OK) for name in ("loadavg", "meminfo", "stat")):
+        raise click.ClickException(
+            f"cannot read {PROC}/loadavg, meminfo and stat: the system monitor needs Linux's /proc"
+        )
     host, chosen = _where(config, port)
     monitor = SystemMonitor(port=chosen, host=host, interval=interval)
     failure: OSError | None = None

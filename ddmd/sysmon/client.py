@@ -62,8 +62,13 @@ class SystemMonitor:
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Take the first CPU sample, then serve (`DdmClient.serve`) until cancelled; reports
-        the listening port through ``task_status``."""
-        self._sampler = await trio.to_thread.run_sync(Sampler, self._proc)
+        the listening port through ``task_status``. A /proc that cannot be read is logged
+        (``sysmon.read_failed``) and tried again at each report."""
+        try:
+            async with self._lock:
+                self._sampler = await trio.to_thread.run_sync(Sampler, self._proc)
+        except OSError as exc:
+            logger.warning("sysmon.read_failed", error=str(exc))
         await self.client.serve(task_status=task_status)
 
     async def report(self) -> SystemReport:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import trio
+from structlog.testing import capture_logs
 
 from ddmd.protocol import ddm
 from ddmd.protocol.jdwp import CommandPacket
@@ -154,3 +155,19 @@ async def test_the_sysmon_command_runs_until_sigterm(tmp_path: Path) -> None:
     assert code == 0, text
     assert f"listening on 127.0.0.1:{ports[1]}" in text
     assert "stopped after" in text
+
+
+async def test_an_unreadable_proc_is_reported_and_tried_again(nursery, tmp_path: Path) -> None:
+    monitor = SystemMonitor(port=0, interval=0.05, proc=tmp_path)  # an empty directory
+    with capture_logs() as logs, trio.fail_after(CAP):
+        port = await nursery.start(monitor.serve)
+        async with connect(port) as server:
+            (fail,) = await server.reply_chunks("SMON")
+            assert isinstance(fail, ddm.Fail)
+            assert "loadavg" in fail.message or "stat" in fail.message
+            # The files appear: reports follow.
+            fake_proc(tmp_path, loadavg="0.50 1.25 2.00 1/2 3\n", meminfo=MEMINFO, stat=STAT)
+            assert report_of(await server.push()).load1 == 500
+            assert report_of(await server.reply_chunks("SMON")).load5 == 1250
+    failures = [e for e in logs if e["event"] == "sysmon.read_failed"]
+    assert 1 <= len(failures) <= 2  # at start, then once for the push loop's run of failures

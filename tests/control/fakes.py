@@ -143,6 +143,7 @@ class FakeVm:
     segment_requests: int = 0
     # The selection key (VmHandle.selection_key); None: "DEVICE|NAME" from the snapshot.
     key: str | None = None
+    ext_values: dict[str, Any] = field(default_factory=dict)  # what chunk handlers published
 
     @classmethod
     def plain_jvm(cls, vm_id: str = "tcp:8000", **fields: Any) -> FakeVm:

@@ -82,7 +82,7 @@ async def test_vms_lists_every_snapshot(client, vms):
     r = await client.get("/api/v1/vms")
     assert r.status_code == 200
     body = r.json()
-    assert body == [vm.snap.to_json() for vm in vms.values()]
+    assert body == [{**vm.snap.to_json(), "kind": "VM"} for vm in vms.values()]
     app = next(v for v in body if v["id"] == "emulator-5554/1234")
     assert set(app) >= CLIENT_KEYS
     assert app["threads"] == 3

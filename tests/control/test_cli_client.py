@@ -96,6 +96,7 @@ def test_commands_list():
         "stack",
         "ports",
         "events",
+        "extensions",
     ]
     for command in COMMANDS:
         names = {p.name for p in command.params}

@@ -190,3 +190,10 @@ def test_large_dump_sizes_are_exact_at_any_size(size):
 def test_a_large_dump_cannot_be_smaller_than_its_frame():
     with pytest.raises(ValueError, match="cannot be as small"):
         LargeDump(100).expected_instances()
+
+
+def test_content_with_an_unknown_heap_or_a_negative_count_is_refused():
+    with pytest.raises(ValueError, match="unknown heaps"):
+        HeapContent((ClassSpec("a.B", "native"),))
+    with pytest.raises(ValueError, match="cannot be negative"):
+        HeapContent((ClassSpec("a.B", "app", (("app", -1),)),))

@@ -9,7 +9,7 @@ from ddmd.protocol.trace import Action, parse_trace
 from ddmd.sim.trace import (
     DEFAULT_CALL_COUNTS,
     FETCH,
-    SimCall,
+    SimMethod,
     SimTraceRecorder,
     build_trace,
     default_recording,
@@ -101,7 +101,8 @@ def test_dmtracedump_rejects_the_mismatched_exit_ddmd_rejects(tmp_path):
 def test_both_layouts_give_the_recorded_counts_and_times(recording):
     plain = parse_trace(build_trace(recording))
     streaming = parse_trace(build_trace(recording, streaming=True))
-    assert streaming.data.streaming and not plain.data.streaming
+    assert streaming.data.streaming
+    assert not plain.data.streaming
     assert streaming.methods == plain.methods
     assert streaming.threads == plain.threads
     assert plain.clocks == ("thread-cpu", "wall")
@@ -129,14 +130,19 @@ def test_recording_events_are_well_formed(recording):
 
 
 def test_recorder_refuses_impossible_recordings():
+    other = SimMethod("com.example.X", "y", "()V", "X.java")
     recorder = SimTraceRecorder()
     recorder.thread(1, "main")
-    recorder.enter(1, FETCH, cpu=0, wall=0)
-    with pytest.raises(ValueError, match="innermost open call"):
-        recorder.exit(1, SimCall(FETCH, 1, 1).method.__class__("X", "y", "()V", "X.java"), cpu=1, wall=1)
+    recorder.enter(1, FETCH, cpu=5, wall=5)
+    with pytest.raises(
+        ValueError, match=r"innermost open call is com\.example\.mail\.Store\.fetch"
+    ):
+        recorder.exit(1, other, cpu=6, wall=6)
     with pytest.raises(ValueError, match="backwards"):
-        recorder.exit(1, FETCH, cpu=0, wall=0) if False else recorder.enter(1, FETCH, cpu=0, wall=0)
+        recorder.enter(1, other, cpu=4, wall=6)
     with pytest.raises(ValueError, match="still open"):
         recorder.recording()
     with pytest.raises(ValueError, match="outside"):
         recorder.thread(40000, "too big")
+    with pytest.raises(ValueError, match="not named"):
+        recorder.enter(2, other, cpu=0, wall=0)

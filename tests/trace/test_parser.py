@@ -4,6 +4,8 @@ one and two clocks, the streaming layout, dmtracedump's rules, and bad input."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -439,3 +441,15 @@ def test_random_bytes_only_raise_trace_format_error(data):
     for prefix in (b"", b"*version\n", b"SLOW\xf3\x00"):
         message = error_of(prefix + data)
         assert message is None or message
+
+
+def test_importing_the_parser_loads_no_io_libraries():
+    code = (
+        "import sys, ddmd.protocol.trace\n"
+        "bad = ('trio', 'structlog', 'adbutils', 'httpx', 'click', 'socket')\n"
+        "print(','.join(m for m in bad if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""

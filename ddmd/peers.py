@@ -1,0 +1,328 @@
+"""Who may connect to ddmd, and whose VMs it adopts: the peer-uid rule.
+
+Layer: imports config, logs and `discovery.localproc` (the kernel's socket tables; standard
+library only), plus trio for the listener wrapper. Used by `drive.ports` (per-VM ports and the
+current-VM port), `control.server` (the control API), `discovery.scan` (whose JVMs are adopted)
+and `daemon` (wiring).
+
+JDWP lets whoever connects run code in the VM, and every local user can reach 127.0.0.1. So
+every connection ddmd accepts is checked before a byte of it is read or answered:
+
+- **TCP**: the kernel records which uid created each socket (``/proc/net/tcp`` and ``tcp6``, the
+  ``uid`` column). The connecting socket is the row whose local address is our accepted
+  socket's remote address and whose remote address is ours (`localproc.peer_owner`).
+- **Unix sockets**: ``SO_PEERCRED`` gives the connecting process's uid.
+
+Allowed: ddmd's own uid, root (0; root can read ddmd's memory anyway), and ``[security]
+allowed_uids``. Where the owner cannot be known (no socket table: not Linux; or a peer on
+another machine, possible only with ``[security] allow_non_loopback``), ``[security]
+unknown_peer`` decides ("allow" by default; the daemon warns once at start when the tables
+cannot be read at all). A local peer whose row is missing or has no owner (it closed its end
+already: the kernel then shows uid 0, which must never pass for root) is refused: a live local
+peer always has its row, so only a peer that is gone or hiding lands there.
+
+A refused connection is closed at once. It is logged once per (uid, port) as
+``security.peer_refused`` (uid, user, port, port_kind, reason) and counted per kind of port for
+``ddmd_peers_refused_total``.
+
+Reading the socket tables is blocking file I/O whose cost grows with the number of sockets on
+the machine (sub-millisecond on a workstation, tens of milliseconds with tens of thousands of
+sockets), and the user-name lookup may ask a network directory: both run in a worker thread,
+under `LOOKUP_TIMEOUT`. A lookup that overruns it refuses the peer (an attacker must not get in
+by making the lookup slow). Accepts are rare (a debugger attaching, an HTTP connection), so a
+thread hop per accept costs nothing that matters, while the relay of every other VM keeps going.
+
+Why a wrapped listener: the check must run between accept() and the first read. For the JDWP
+ports that is ddmd's own accept loop; the control API is served by hypercorn, which has no
+accept hook, and an ASGI middleware runs only after the request was read, with nothing left but
+answering it (hypercorn sends a 500 for an app that returns without a response). So the control
+API runs hypercorn's connection handler on ddmd's own listeners (`control.server`), and all
+three kinds of port go through `GuardedListener`, whose accept() returns only admitted
+connections.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import pwd
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Final, Literal
+
+import structlog
+import trio
+
+from ddmd.config import SecurityConfig
+from ddmd.discovery import localproc
+from ddmd.discovery.localproc import PeerOwner
+from ddmd.logs import Event
+
+__all__ = [
+    "LOOKUP_TIMEOUT",
+    "PORT_KINDS",
+    "GuardedListener",
+    "PeerGuard",
+    "PeerPolicy",
+    "PortKind",
+    "Verdict",
+    "user_name",
+    "warn_if_unchecked",
+]
+
+log = structlog.get_logger("ddmd.peers")
+
+PortKind = Literal["vm_port", "current_port", "control"]
+PORT_KINDS: Final[tuple[PortKind, ...]] = ("vm_port", "current_port", "control")
+
+#: Seconds for one owner lookup (socket tables + user name) before the peer is refused.
+LOOKUP_TIMEOUT: Final = 2.0
+#: Owner lookups at once (each reads the socket tables).
+LOOKUP_THREADS: Final = 2
+
+
+def user_name(uid: int | None) -> str | None:
+    """The user's name, None when the user database does not know the uid."""
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a peer may stay, its uid when known, and why (for the log)."""
+
+    allowed: bool
+    uid: int | None
+    reason: str
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the accepted socket itself tells (read in the trio thread: plain syscalls)."""
+
+    family: int
+    ours: tuple[str, int] | None = None
+    peer: tuple[str, int] | None = None
+    peer_uid: int | None = None  # SO_PEERCRED of a unix socket
+    where: str | int = "?"  # the port (or socket path) for the log
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPolicy:
+    """The rule: which uids may connect, and what to do when the owner cannot be known."""
+
+    allowed: frozenset[int]
+    unknown: Literal["allow", "refuse"] = "allow"
+
+    @classmethod
+    def from_config(cls, security: SecurityConfig) -> PeerPolicy:
+        own = {os.getuid(), os.geteuid(), 0}
+        return cls(frozenset(own | set(security.allowed_uids)), security.unknown_peer)
+
+    def uid_allowed(self, uid: int) -> bool:
+        return uid in self.allowed
+
+    def judge_owner(self, owner: PeerOwner, *, local_peer: bool) -> Verdict:
+        """The verdict on a TCP peer from its row in the socket tables."""
+        if owner.status == "found" and owner.uid is not None:
+            if self.uid_allowed(owner.uid):
+                return Verdict(True, owner.uid, "allowed uid")
+            return Verdict(False, owner.uid, "its user is not allowed ([security] allowed_uids)")
+        if owner.status == "unreadable" or not local_peer:
+            why = (
+                "no socket table to find its owner in"
+                if owner.status == "unreadable"
+                else "it is on another machine"
+            )
+            allowed = self.unknown == "allow"
+            return Verdict(allowed, None, f"owner unknown ({why}): [security] unknown_peer")
+        if owner.status == "closed":
+            return Verdict(False, None, "it closed its end before its owner could be checked")
+        return Verdict(False, None, "its socket is not in the socket tables (gone)")
+
+    def judge(self, facts: _Facts, proc_root: str) -> Verdict:
+        """Blocking (socket tables, user database): run in a worker thread."""
+        if facts.family == socket.AF_UNIX:
+            if facts.peer_uid is None:
+                verdict = Verdict(
+                    self.unknown == "allow",
+                    None,
+                    "owner unknown (no SO_PEERCRED here): [security] unknown_peer",
+                )
+            elif self.uid_allowed(facts.peer_uid):
+                verdict = Verdict(True, facts.peer_uid, "allowed uid")
+            else:
+                verdict = Verdict(
+                    False, facts.peer_uid, "its user is not allowed ([security] allowed_uids)"
+                )
+        elif facts.ours is not None and facts.peer is not None:
+            owner = localproc.peer_owner(facts.ours, facts.peer, proc_root=proc_root)
+            verdict = self.judge_owner(owner, local_peer=_is_local(facts.peer[0], facts.ours[0]))
+        else:
+            verdict = Verdict(self.unknown == "allow", None, "owner unknown: [security] unknown_peer")
+        if not verdict.allowed and verdict.uid is not None:
+            return Verdict(False, verdict.uid, verdict.reason, user_name(verdict.uid))
+        return verdict
+
+
+def _is_local(peer: str, ours: str) -> bool:
+    """A peer on this machine: loopback, or the very address it connected to."""
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return True
+    try:
+        mine = ipaddress.ip_address(ours.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(mine, ipaddress.IPv6Address) and mine.ipv4_mapped is not None:
+        mine = mine.ipv4_mapped
+    return address == mine
+
+
+def _facts(sock: trio.socket.SocketType) -> _Facts:
+    """Raises OSError when the peer is gone already (getpeername)."""
+    family = sock.family
+    if family == socket.AF_UNIX:
+        uid: int | None = None
+        option = getattr(socket, "SO_PEERCRED", None)
+        if option is not None:
+            creds = sock.getsockopt(socket.SOL_SOCKET, option, 12)  # struct ucred: 3 ints
+            uid = int.from_bytes(creds[4:8], "little" if _LITTLE else "big")
+        path = sock.getsockname()
+        return _Facts(family, peer_uid=uid, where=f"unix:{path}" if path else "unix")
+    if family in (socket.AF_INET, socket.AF_INET6):
+        ours = sock.getsockname()
+        peer = sock.getpeername()
+        return _Facts(family, (ours[0], ours[1]), (peer[0], peer[1]), where=int(ours[1]))
+    return _Facts(family)
+
+
+_LITTLE: Final = __import__("sys").byteorder == "little"
+
+
+class PeerGuard:
+    """The rule applied to accepted connections, with the refusal counts and the once-only
+    log. One per daemon; every listener shares it."""
+
+    def __init__(
+        self,
+        policy: PeerPolicy,
+        *,
+        proc_root: str = "/proc",
+        lookup_timeout: float = LOOKUP_TIMEOUT,
+    ) -> None:
+        self.policy = policy
+        self._proc_root = proc_root
+        self._timeout = lookup_timeout
+        self._limiter = trio.CapacityLimiter(LOOKUP_THREADS)
+        self._refused: dict[str, int] = dict.fromkeys(PORT_KINDS, 0)
+        self._logged: set[tuple[int | None, str | int]] = set()
+
+    def refused_counts(self) -> Mapping[str, int]:
+        """Refused connections so far, per kind of port (for /metrics)."""
+        return dict(self._refused)
+
+    async def admit(self, stream: trio.SocketStream, kind: PortKind) -> bool:
+        """True when the peer of `stream` may stay; a refusal is counted and logged (once per
+        uid and port). Never raises but Cancelled: a check that fails refuses."""
+        where: str | int = "?"
+        try:
+            facts = _facts(stream.socket)
+        except OSError:
+            verdict = Verdict(False, None, "it closed the connection before it could be checked")
+        else:
+            where = facts.where
+            verdict = Verdict(
+                False, None, f"its owner could not be found within {self._timeout:g} s"
+            )
+            try:
+                with trio.move_on_after(self._timeout):
+                    verdict = await trio.to_thread.run_sync(
+                        partial(self.policy.judge, facts, self._proc_root),
+                        abandon_on_cancel=True,
+                        limiter=self._limiter,
+                    )
+            except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
+                verdict = Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}")
+        if verdict.allowed:
+            return True
+        self._refused[kind] = self._refused.get(kind, 0) + 1
+        key = (verdict.uid, where)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(
+                Event.SECURITY_PEER_REFUSED,
+                uid=verdict.uid,
+                user=verdict.user,
+                port=where,
+                port_kind=kind,
+                reason=verdict.reason,
+            )
+        return False
+
+
+class GuardedListener(trio.abc.Listener[trio.SocketStream]):
+    """A `trio.SocketListener` whose accept() returns only connections the guard admits; the
+    others are closed before anything is read from them or written to them."""
+
+    def __init__(self, inner: trio.SocketListener, guard: PeerGuard, kind: PortKind) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._kind: PortKind = kind
+
+    @property
+    def socket(self) -> trio.socket.SocketType:
+        return self._inner.socket
+
+    async def accept(self) -> trio.SocketStream:
+        while True:
+            stream = await self._inner.accept()
+            try:
+                admitted = await self._guard.admit(stream, self._kind)
+            except BaseException:
+                _close_now(stream)
+                raise
+            if admitted:
+                return stream
+            _close_now(stream)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _close_now(stream: trio.SocketStream) -> None:
+    # Synchronous on purpose: nothing to flush (nothing was written), and no checkpoint where
+    # a cancellation could leave the socket open.
+    stream.socket.close()
+
+
+def warn_if_unchecked(policy: PeerPolicy, *, proc_root: str = "/proc") -> bool:
+    """Log ``security.uids_unchecked`` when no socket table can be read (once, at start);
+    True when the tables can be read."""
+    if localproc.socket_tables_readable(proc_root):
+        return True
+    effect = (
+        "every local user can connect to ddmd's TCP ports"
+        if policy.unknown == "allow"
+        else "every TCP connection is refused and the port scan adopts no VM"
+    )
+    log.warning(
+        Event.SECURITY_UIDS_UNCHECKED,
+        reason=f"{proc_root}/net/tcp cannot be read, so the owner of a TCP peer is unknown",
+        effect=effect,
+        key="[security] unknown_peer",
+        value=policy.unknown,
+    )
+    return False
