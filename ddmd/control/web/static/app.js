@@ -26,7 +26,7 @@
     "stream.opened", "vm.found", "vm.gone", "vm.changed", "vm.renamed",
     "vm.waiting_for_debugger", "debugger.attached", "debugger.detached", "current.changed",
     "threads.updated", "heap.info", "heap.dumped", "device.changed", "device.gone",
-    "daemon.stopping", "overflow",
+    "ext.updated", "daemon.stopping", "overflow",
   ];
 
   const KNOWN_STATES = new Set([
@@ -268,6 +268,11 @@
       name = String(data.event || data.type || data.kind || "message");
     }
     if (name.startsWith("thread")) return; // the open panel polls threads itself
+    if (name === "ext.updated") {
+      const vm = data && typeof data === "object" ? data.vm : null;
+      if (state.shown && vm === state.shown) renderExt(data.ext || {});
+      return;
+    }
     if (name === "heap.dumped") {
       // A dump taken elsewhere (`ddmd heap --segments`) redraws the open panel's picture;
       // after our own "Cause GC" the ETag makes this a cheap 304.
@@ -461,10 +466,12 @@
     show($("heap-view"), false);
     $("heaps").tBodies[0].replaceChildren();
     setText($("heap-status"), "");
+    renderExt({});
     updateShownVm();
     renderVms();
     startThreads();
     loadHeap(id);
+    loadExt(id);
   }
 
   function closeVm() {
@@ -710,6 +717,100 @@
     state.stackThread = null;
     show($("stack"), false);
     for (const row of $("threads").tBodies[0].rows) row.classList.remove("selected");
+  }
+
+  // ------------------------------------------------------------------------------ extensions
+
+  async function loadExt(id) {
+    try {
+      const body = await apiJson(vmPath(id) + "/ext");
+      if (state.shown === id) renderExt(body.ext || {});
+    } catch (_) {
+      /* an older daemon, or the VM is gone: no extension cards */
+    }
+  }
+
+  // One card per chunk handler that published something: the system monitor's figures and
+  // charts, or any other handler's value as key/value rows.
+  function renderExt(ext) {
+    const cards = document.createDocumentFragment();
+    for (const name of Object.keys(ext).sort()) {
+      const value = ext[name];
+      const card = el("div", { cls: "ext-card", data: { handler: name } });
+      card.appendChild(el("h4", { text: name }));
+      if (value && typeof value === "object" && value.kind === "system monitor") {
+        renderSysmon(card, value);
+      } else {
+        const list = el("dl", { cls: "figures" });
+        const entries = value && typeof value === "object" && !Array.isArray(value)
+          ? Object.entries(value) : [["value", value]];
+        for (const [key, item] of entries) {
+          list.appendChild(el("dt", { text: key }));
+          list.appendChild(el("dd", {
+            text: item !== null && typeof item === "object" ? JSON.stringify(item) : String(item),
+          }));
+        }
+        card.appendChild(list);
+      }
+      cards.appendChild(card);
+    }
+    $("ext-cards").replaceChildren(cards);
+    show($("ext-panel"), Object.keys(ext).length > 0);
+  }
+
+  function renderSysmon(card, value) {
+    const latest = value.latest || {};
+    const load = latest.load || [];
+    const list = el("dl", { cls: "figures" });
+    const used = latest.mem_used_share;
+    const busy = (latest.cpu_busy || []).filter((b) => b !== null);
+    const rows = [
+      ["load 1/5/15 min", load.map((x) => x.toFixed(2)).join(" / ")],
+      ["memory used", used === null || used === undefined ? "—" :
+        `${(100 * used).toFixed(0)}% of ${formatBytes(1024 * (latest.mem_total_kib || 0))}`],
+      ["CPUs busy", busy.length ? busy.map((b) => `${Math.round(100 * b)}%`).join(" ") : "—"],
+    ];
+    for (const [key, text] of rows) {
+      list.appendChild(el("dt", { text: key }));
+      list.appendChild(el("dd", { text }));
+    }
+    card.appendChild(list);
+    const history = value.history || [];
+    const maxLoad = Math.max(1, ...history.map((h) => h[1] || 0));
+    card.appendChild(chart("load (1 min)", history, 1, maxLoad, "chart-load"));
+    card.appendChild(chart("memory used", history, 2, 1, "chart-memory"));
+  }
+
+  // A small line chart of the last five minutes: x = time, y = point[index] / top.
+  function chart(label, history, index, top, id) {
+    // The SVG namespace, derived from the page's own (XHTML) one: the page names no other
+    // origin, not even in a namespace string.
+    const NS = document.documentElement.namespaceURI.replace("1999/xhtml", "2000/svg");
+    const width = 240;
+    const height = 48;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("class", "chart");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", `${label}, last 5 minutes`);
+    svg.dataset.chart = id;
+    const points = history.filter((h) => h[index] !== null && h[index] !== undefined);
+    svg.dataset.points = String(points.length);
+    if (points.length) {
+      const end = points[points.length - 1][0];
+      const start = end - 5 * 60 * 1000;
+      const line = document.createElementNS(NS, "polyline");
+      line.setAttribute("points", points.map((h) => {
+        const x = ((h[0] - start) / (end - start)) * width;
+        const y = height - 2 - (Math.min(h[index], top) / top) * (height - 4);
+        return `${x.toFixed(1)},${y.toFixed(1)}`;
+      }).join(" "));
+      svg.appendChild(line);
+    }
+    const figure = el("figure", { cls: "ext-chart" });
+    figure.appendChild(svg);
+    figure.appendChild(el("figcaption", { cls: "muted small", text: label + " · 5 min" }));
+    return figure;
   }
 
   // ------------------------------------------------------------------------------ heap
