@@ -26,7 +26,7 @@ from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import CommandPacket, ReplyPacket
 
-__all__ = ["FAILURE_LIMIT", "HandlerHost", "HandlerLike", "HandlerOrigin"]
+__all__ = ["FAILURE_LIMIT", "BuiltinHandler", "HandlerHost", "HandlerLike", "HandlerOrigin"]
 
 #: Failures of one handler on one VM before it is switched off for that VM.
 FAILURE_LIMIT = 5
@@ -46,6 +46,14 @@ class HandlerLike(Protocol):
     def handle_chunk(
         self, vm: Any, chunk_type: str, data: bytes, is_reply: bool, msg_id: int
     ) -> None: ...
+
+
+class BuiltinHandler(Protocol):
+    """ddmd's own handler of pushed chunks (its model of the VM): given the raw chunk type."""
+
+    name: str
+
+    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -126,11 +134,23 @@ def _disconnected(context: _Context, handler: HandlerLike) -> None:
 class HandlerHost:
     """The chunk handlers of one VM session."""
 
-    def __init__(self, vm_id: str, handlers: Sequence[HandlerLike], sink: _Sink) -> None:
+    def __init__(
+        self,
+        vm_id: str,
+        handlers: Sequence[HandlerLike],
+        sink: _Sink,
+        *,
+        builtin: Sequence[BuiltinHandler] = (),
+    ) -> None:
+        """``builtin``: ddmd's own handlers (its model of the VM), first in every dispatch,
+        given every push from the first byte (plugins only once the VM is identified); a bug
+        in one of them is ddmd's and is not caught here."""
         self._contexts: list[_Context] = []
         self._by_type: dict[int, list[_Context]] = {}
         self._everything: list[_Context] = []
         self._by_origin: dict[HandlerOrigin, _Context] = {}
+        self._targets: dict[int, list[_Context]] = {}  # chunk type -> who gets it, in order
+        self._builtin = list(builtin)
         for handler in handlers:
             origin = HandlerOrigin(handler.name)
             context = _Context(vm_id, handler, origin, sink)
@@ -143,10 +163,8 @@ class HandlerHost:
                     self._by_type.setdefault(ddm.chunk_type_code(name), []).append(context)
         self._sink = sink
 
-    def __bool__(self) -> bool:
-        return bool(self._contexts)
-
     def names(self) -> list[str]:
+        """The plugins' names (not ddmd's own handlers)."""
         return [c._handler.name for c in self._contexts]
 
     def context(self, name: str) -> _Context | None:
@@ -171,20 +189,29 @@ class HandlerHost:
                     self._call(context, "disconnected", partial(_disconnected, context))
 
     def push(self, packet: CommandPacket) -> None:
-        """A DDM command from the VM: each chunk to the handlers of its type."""
-        if not self._contexts:
-            return
+        """A DDM command from the VM: each chunk to the handlers of its type (a packet whose
+        chunks do not frame is the caller's to log; nobody gets any of it)."""
         try:
             chunks = ddm.split_chunks(packet.data)
         except ProtocolError:
-            return  # the session logs the malformed packet once
+            return
+        self.dispatch(chunks, packet.id)
+
+    def dispatch(self, chunks: Sequence[tuple[int, bytes]], msg_id: int) -> None:
+        """Pushed chunks (type, data), in order, each to the handlers of its type."""
         for chunk_type, data in chunks:
-            targets = self._by_type.get(chunk_type, [])
-            if self._everything:
-                targets = [*targets, *(c for c in self._everything if c not in targets)]
+            for own in self._builtin:
+                own.handle_raw(chunk_type, data, msg_id)
+            targets = self._targets.get(chunk_type)
+            if targets is None:
+                # In registration order, each handler once.
+                typed = self._by_type.get(chunk_type, [])
+                targets = self._targets[chunk_type] = [
+                    c for c in self._contexts if c in typed or c in self._everything
+                ]
             for context in targets:
                 if context.connected and not context.off:
-                    self._deliver(context, chunk_type, data, False, packet.id)
+                    self._deliver(context, chunk_type, data, False, msg_id)
 
     def owns(self, pending: Pending) -> bool:
         return isinstance(pending.origin, HandlerOrigin) and pending.origin in self._by_origin

@@ -135,7 +135,9 @@ class VmSession(CallsMixin):
         )
         self.identified = False
         self.connected_at: float | None = None
-        self.handlers = HandlerHost(vm_id, handlers, self)
+        # ddmd's own model of the VM (identity, thread table, heap info and segments) takes
+        # the VM's pushes through the same dispatch as the plugins, first.
+        self.handlers = HandlerHost(vm_id, handlers, self, builtin=(_ModelHandler(self),))
         self._handler_view = handler_view or dataclasses.asdict
         self._out: list[Command] = []
         self._own: dict[int, Own] = {}
@@ -463,14 +465,21 @@ class VmSession(CallsMixin):
     def _on_push(self, packet: CommandPacket) -> list[Command]:
         self._touched = True
         try:
-            chunks = ddm.chunks_of(packet, ddm.Direction.FROM_VM)
+            chunks = ddm.split_chunks(packet.data)
         except ProtocolError as exc:
             self._log("ddm.chunk_malformed", "warning", error=str(exc), id=packet.id)
             return []
-        for chunk in chunks:
-            self._apply(chunk)
-        self.handlers.push(packet)
+        self.handlers.dispatch(chunks, packet.id)  # ddmd's model first (_ModelHandler)
         return []
+
+    def _pushed(self, chunk_type: int, data: bytes, msg_id: int) -> None:
+        """One pushed chunk, for ddmd's own model (``_ModelHandler``)."""
+        try:
+            chunk = ddm.decode_chunk(chunk_type, data, ddm.Direction.FROM_VM)
+        except ProtocolError as exc:
+            self._log("ddm.chunk_malformed", "warning", error=str(exc), id=msg_id)
+            return
+        self._apply(chunk)
 
     def _apply(self, chunk: ddm.Chunk) -> None:
         applied = self.model.apply(chunk)
@@ -673,3 +682,17 @@ def _jstring(data: bytes) -> str | None:
     if 4 + n > len(data):
         return None
     return data[4 : 4 + n].decode("utf-8", errors="replace")
+
+
+class _ModelHandler:
+    """ddmd's own chunk handler: every chunk the VM pushes (thread notices, heap info, heap
+    segments, names, WAIT) reaches the session's model through the handler host, the same
+    dispatch the plugins of ``ddmd.ext`` get, ahead of them and from the first byte."""
+
+    name = "ddmd"
+
+    def __init__(self, session: VmSession) -> None:
+        self._session = session
+
+    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> None:
+        self._session._pushed(chunk_type, data, msg_id)
