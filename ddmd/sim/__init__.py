@@ -5,6 +5,9 @@ daemon.
   connection (send lock, handshake).
 * `config`: `SimConfig`, the flavours, `SimStatistics`.
 * `threads`, `heap`, `jdwp`: the VM's thread table, heap layout and plain JDWP handlers.
+* `ddms`: method tracing, heap dumps and the allocation tracker (DDMS's profiling buttons);
+  `trace`, `hprof`, `allocs`: their deterministic data (the .trace file, the HPROF dump,
+  the recorded allocations).
 * `cli`: ``ddmd sim``, `serve_many`, `make_configs`.
 * `demo`: ``ddmd demo``, the daemon plus three simulated VMs.
 
@@ -24,22 +27,26 @@ imports it. `demo` alone wires the simulator to the daemon, and is not imported 
   3.1, 3.8):
 
   - ``flavor="art"`` (the default: a current phone, ART on Android 9-11): handlers for HELO
-    FEAT THEN THST STKL HPIF HPSG NHSG HPGC EXIT. Such requests (THEN, HPIF, HPSG, NHSG,
-    HPGC, DBGD, unknown types, malformed DDM) get **no reply at all** while the debugger
-    agent is not loaded. The first non-DDM command (a debugger) loads the agent, and ART
-    keeps it for the life of the process, so from then on, on this and every later
-    connection, they get an empty reply; a packet whose chunk runs past its end then gets
+    FEAT THEN THST STKL HPIF HPSG NHSG HPGC EXIT, HPDU HPDS REAE REAQ REAL and MPRS MPRE
+    MPSS MPSE SPSS SPSE MPRQ. Requests whose handler returns nothing (THEN, HPIF, HPSG,
+    NHSG, HPGC, HPDS, REAE, MPRS, MPSS, MPSE, SPSS, SPSE), DBGD, unknown types and
+    malformed DDM get **no reply at all** while the debugger agent is not loaded. The
+    first non-DDM command (a debugger) loads the agent, and ART keeps it for the life of
+    the process, so from then on, on this and every later connection, they get an empty
+    reply; a packet whose chunk runs past its end then gets
     a JDWP error reply (INTERNAL; the document has this from source only).
   - ``flavor="legacy"`` (Dalvik, ART on Android 5-8): the same handlers; every such
     request gets an empty reply. With an ART VM ident (``Dalvik v2.x``) a packet whose first
     chunk is not exactly the rest of the packet is not handled (empty reply), as ART 5-8
     does; Dalvik (``Dalvik v1.x``) handles the first chunk and ignores trailing bytes.
-  - ``flavor="modern"`` (Android 12+): only HELO, FEAT, EXIT and the APNM/WAIT pushes; THEN
-    THST STKL HPIF HPSG NHSG HPGC have no handler, so they go unanswered exactly as in
-    ``art`` (empty replies once the agent is loaded).
+  - ``flavor="modern"`` (Android 12+): only HELO, FEAT, EXIT, method tracing (MPxx, SPxx)
+    and the APNM/WAIT pushes; THEN THST STKL HPIF HPSG NHSG HPGC, the heap dumps (HPDU
+    HPDS) and the allocation tracker (REAE REAQ REAL) have no handler (protocol.md 3.1,
+    3.8), so they go unanswered exactly as in ``art`` (empty replies once the agent is
+    loaded). FEAT still lists the heap-dump features, as ART's own list does.
 
-  Types the sim does not implement in any flavour (REAE REAQ REAL NHGT HPDU HPDS, MPxx,
-  SPxx, VUxx) are treated as unknown types. A handler never returns a zero-length chunk
+  Types the sim does not implement in any flavour (NHGT, VUxx) are treated as unknown
+  types. A handler never returns a zero-length chunk
   here, so the table's last row does not arise (``ack_dbgd`` excepted: its DBGD chunk is
   always sent as a chunk);
 - ``fail_types=("HPGC", ...)``: a VM that refuses those features: each request of a listed
@@ -55,6 +62,19 @@ imports it. `demo` alone wires the simulator to the daemon, and is not imported 
   8 of every non-free run) and *objects allocated* is its number of used logical runs (P
   pieces joined), which is what an HPSO decoder counts as objects; *heap size* is the whole
   layout. HPIF with when = 1 reports the same current figures;
+- method tracing (`ddms`): MPSS/SPSS start a trace, MPSE/SPSE push it as one ``MPSE``
+  chunk (the .trace of :func:`ddmd.sim.trace.default_recording` for the pid: call counts
+  ``DEFAULT_CALL_COUNTS``; `SimVm.trace_recording`), MPRS/MPRE write it to a file on the
+  "device" instead (`SimVm.device_files`, path -> bytes), MPRQ says what runs;
+- heap dumps (`ddms`): HPDS pushes the whole HPROF file (Android 1.0.3) as one ``HPDS``
+  chunk, HPDU writes it to `SimVm.device_files`; its classes and instance counts are
+  `SimVm.heap_content` (``expected_instances()``). ``hprof_bytes=N`` (``--hprof-bytes``)
+  makes HPDS stream a generated dump of exactly N bytes in pieces, never held in memory;
+- the allocation tracker (`allocs`): REAE switches it on (off drops the list), REAQ says
+  whether it is on, REAL lists the allocations recorded since (one pass of the app's
+  allocation sites at the start and after every GC), exactly `SimVm.recorded_allocations`;
+- EXIT (and VirtualMachine.Exit): the VM halts: the connection ends without a reply, it
+  stops listening, ``run`` returns, and `SimVm.exit_status` keeps the status;
 - plain JDWP just deep enough for ``jdb -attach`` (Version, IDSizes, threads and their one
   group, event requests, Suspend/Resume, Dispose, Exit); error 99 for everything else.
 

@@ -14,6 +14,8 @@ from typing import Final, Literal
 __all__ = [
     "ART_FEATURES",
     "FLAVORS",
+    "HPROF_BYTES_MAX",
+    "HPROF_BYTES_MIN",
     "PRE_INITIALIZED",
     "U4_MASK",
     "Flavor",
@@ -38,6 +40,11 @@ ART_FEATURES: Final = (
 PRE_INITIALIZED: Final = "<pre-initialized>"
 
 U4_MASK: Final = 0xFFFFFFFF
+
+#: Bounds of ``hprof_bytes`` (a streamed heap dump of that size): the packet's length field
+#: (u4, 11 + 8 header bytes included) caps it; below the minimum it is not worth streaming.
+HPROF_BYTES_MIN: Final = 4096
+HPROF_BYTES_MAX: Final = U4_MASK - 11 - 8
 
 
 def check_type_name(name: object) -> str:
@@ -67,6 +74,13 @@ _REFUSALS: Final = {
     "REAE": "Allocation tracking unavailable",
     "REAQ": "Allocation tracking unavailable",
     "REAL": "Allocation list unavailable",
+    "MPRS": "Method tracing unavailable",
+    "MPRE": "Method tracing unavailable",
+    "MPSS": "Method tracing unavailable",
+    "MPSE": "Method tracing unavailable",
+    "SPSS": "Method sampling unavailable",
+    "SPSE": "Method sampling unavailable",
+    "MPRQ": "Profiling status unavailable",
 }
 
 
@@ -83,6 +97,8 @@ class SimConfig:
     ``gc_interval``/``churn_interval`` of 0 switch the periodic GC / thread churn off
     (``HPGC`` and the test hooks still work). ``flavor`` and ``fail_types``: see
     `ddmd.sim`; ``fail_types`` holds request type names such as ``"HPGC"``.
+    ``hprof_bytes`` (0: off) makes the streamed heap dump a generated one of exactly that
+    many bytes, sent in pieces and never held whole (`ddmd.sim.ddms`).
     """
 
     host: str = "127.0.0.1"
@@ -109,6 +125,7 @@ class SimConfig:
     send_timeout: float = 10.0
     ack_dbgd: bool = False
     fail_types: tuple[str, ...] = ()
+    hprof_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -139,6 +156,11 @@ class SimConfig:
         for name in ("handshake_timeout", "send_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sim {name} must be > 0")
+        if self.hprof_bytes and not HPROF_BYTES_MIN <= self.hprof_bytes <= HPROF_BYTES_MAX:
+            raise ValueError(
+                f"sim hprof_bytes {self.hprof_bytes} is outside {HPROF_BYTES_MIN}.."
+                f"{HPROF_BYTES_MAX} (0: the small recorded dump)"
+            )
 
     @property
     def is_dalvik(self) -> bool:
@@ -168,3 +190,4 @@ class SimStatistics:
     gcs: int
     live_threads: int
     thread_notify: bool
+    exit_status: int | None = None  # the status of EXIT or VirtualMachine.Exit, once exited

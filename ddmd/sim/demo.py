@@ -5,7 +5,9 @@ module of `ddmd.sim` that knows the daemon, wiring both into one trio run. The s
 VMs listen on free ports inside the configured scan range, so the daemon finds them exactly as
 it finds real VMs: an app on ART 9+ (the sim's default flavour: requests with nothing to say
 get no reply at all), a Dalvik-era app in the 2007 draft formats (empty replies), and an
-Android 12+ app whose thread and heap handlers are gone (ddmd shows that plainly).
+Android 12+ app whose thread and heap handlers are gone (ddmd shows that plainly). All three
+can be method-traced; the first two also give heap dumps and allocation lists, and the
+Android 12+ app lacks those handlers, as a current phone does (`ddmd.sim.ddms`).
 """
 
 from __future__ import annotations
@@ -87,10 +89,13 @@ async def run_demo(config: Config) -> None:
             nursery.cancel_scope.cancel()
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
-        host, port = started.control
+        if started.control is not None:
+            control = "http://{}:{}/".format(*started.control)
+        else:
+            control = f"unix socket {started.control_socket}"
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}; control API http://{host}:{port}/",
+            f"{', '.join(map(str, ports))}; control API {control}",
             err=True,
         )
         for line in hint_lines(config, started.current_port):
