@@ -27,14 +27,17 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import structlog
 import trio
 
-from ddmd import notify
+from ddmd import notify, peers
 from ddmd.config import Config
 from ddmd.control import app as control
 from ddmd.control import events, metrics, safety
+from ddmd.control.server import ControlBound, serve_control
 from ddmd.discovery.scan import PortScanner
 from ddmd.drive.found import VmFound, VmLost
 from ddmd.drive.ports import CurrentVmListener, VmPorts
@@ -50,14 +53,19 @@ log = structlog.get_logger("ddmd.daemon")
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """What ``run`` reports through ``task_status`` once every listener is bound."""
+    """What ``run`` reports through ``task_status`` once every listener is bound.
 
-    control: tuple[str, int]
+    ``control`` is the control API's TCP address, None with ``[control] tcp = false``;
+    ``control_socket`` its unix socket, None with ``[control] socket = ""``."""
+
+    control: tuple[str, int] | None
     current_port: int
     registry: VmRegistry
     supervisor: Supervisor
     stop: Callable[[], None]
     hub: events.EventHub | None = None
+    control_socket: Path | None = None
+    guard: peers.PeerGuard | None = None
 
 
 async def run(
@@ -72,7 +80,11 @@ async def run(
     # Apps not seen for [debugger] forget_after_days lose their port: now, then once a day.
     forget_after = config.debugger.forget_after_days * SECONDS_PER_DAY
     forgotten_at_start = _log_forgotten(book.expire(forget_after), forget_after)
-    ports = VmPorts(book, config.debugger.host)
+    # Who may connect to every port below, and whose JVMs the scan adopts (ddmd.peers).
+    policy = peers.PeerPolicy.from_config(config.security)
+    peers.warn_if_unchecked(policy)
+    guard = peers.PeerGuard(policy)
+    ports = VmPorts(book, config.debugger.host, guard=guard)
     extensions = load_handlers(config.extensions.disabled)
     for failure in extensions.failures:
         log.warning(Event.EXT_LOAD_FAILED, handler=failure.name, error=failure.error)
@@ -88,6 +100,7 @@ async def run(
         retired=supervisor.retired,
         scan_probes=lambda: sum(s.probes for s in scanners),
         hub=hub,
+        peers=guard,
     )
     shutdown = trio.Event()
     grace = config.timeouts.shutdown_grace
@@ -121,18 +134,30 @@ async def run(
             ],
             health={"adb": _adb_health(config)},
             extensions=extensions.to_json(),
+            capture_dir=config.debugger.state_file.parent / "captures",
         )
+        tcp = (config.control.host, config.control.port) if config.control.tcp else None
         try:
-            bound = await root.start(
-                control.serve, app, config.control.host, config.control.port, shutdown.wait
+            bound: ControlBound = await root.start(
+                partial(
+                    serve_control,
+                    app,
+                    tcp=tcp,
+                    unix=config.control.socket,
+                    guard=guard,
+                    shutdown_trigger=shutdown.wait,
+                )
             )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE or "in use" in str(exc).lower():
                 raise PortInUse(config.control.port, "[control] port") from exc
             raise
-        safety.warn_if_exposed(config.control.host, _as_address(bound, config)[1])
+        if bound.tcp is not None:
+            safety.warn_if_exposed(config.control.host, bound.tcp[1])
 
-        current = CurrentVmListener(registry, config.debugger.host, config.debugger.current_port)
+        current = CurrentVmListener(
+            registry, config.debugger.host, config.debugger.current_port, guard=guard
+        )
         # Its own scope so that shutdown closes it at once; otherwise the root nursery waits
         # for the accept loop until the grace deadline cancels it.
         current_scope = trio.CancelScope()
@@ -160,7 +185,7 @@ async def run(
                     scanner: PortScanner | None = None
                     adb: AdbDiscovery | None = None
                     if config.scan.enabled:
-                        scanner = PortScanner(config, supervisor.held_ports)
+                        scanner = PortScanner(config, supervisor.held_ports, policy=policy)
                         scanners.append(scanner)
                         inner.start_soon(scanner.run, send.clone())
                     if config.adb.enabled != "off":
@@ -183,18 +208,33 @@ async def run(
         root.start_soon(discovery_and_vms)
         log.info(
             Event.DAEMON_STARTED,
-            control=f"{config.control.host}:{config.control.port}",
+            control=f"{config.control.host}:{config.control.port}" if tcp else "off",
+            control_socket=str(bound.unix) if bound.unix is not None else None,
             scan=f"{config.scan.host}:{config.scan.ports}" if config.scan.enabled else "off",
             adb=config.adb.enabled,
         )
-        address = _as_address(bound, config)
+        address = bound.tcp
         # Every listener is bound: the control API above, the current-VM port (per-VM ports
         # open later, as VMs are named).
+        where = [] if address is None else [f"http://{_host_port(*address)}/"]
+        if bound.unix is not None:
+            where.append(f"unix socket {bound.unix}")
         _notify_systemd(
             notify.ready,
-            f"control API http://{_host_port(*address)}/, current-VM port {current_port}",
+            f"control API {' and '.join(where)}, current-VM port {current_port}",
         )
-        task_status.started(Started(address, current_port, registry, supervisor, stop, hub))
+        task_status.started(
+            Started(
+                address,
+                current_port,
+                registry,
+                supervisor,
+                stop,
+                hub,
+                control_socket=bound.unix,
+                guard=guard,
+            )
+        )
         await shutdown.wait()
         work.cancel()
         current_scope.cancel()
@@ -224,12 +264,6 @@ def _notify_systemd(send: Callable[[str], bool], status: str) -> None:
         send(status)
     except OSError as exc:
         log.warning(Event.DAEMON_NOTIFY_FAILED, error=str(exc))
-
-
-def _as_address(bound: object, config: Config) -> tuple[str, int]:
-    if isinstance(bound, tuple) and len(bound) == 2:
-        return (str(bound[0]), int(bound[1]))
-    return (config.control.host, config.control.port)
 
 
 def _log_forgotten(entries: list[PortEntry], max_age: float) -> list[PortEntry]:

@@ -184,6 +184,10 @@ class DdmFailed(VmRequestError):
     """The VM refused a DDM request (a FAIL chunk) or answered with something malformed."""
 
 
+class WrongState(VmRequestError):
+    """The request does not fit what the VM is doing now (already tracing, a dump under way)."""
+
+
 class TargetError(DdmdError):
     """A target given on the command line matched no VM, or more than one (`candidates`)."""
 

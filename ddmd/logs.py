@@ -75,6 +75,7 @@ class Event(StrEnum):
     CONFIG_LOADED = "config.loaded"
     CONFIG_DEFAULTS_USED = "config.defaults_used"
     # chunk-handler plugins (ddmd.ext)
+    VM_KILL_REQUESTED = "vm.kill_requested"
     EXT_LOADED = "ext.loaded"
     EXT_LOAD_FAILED = "ext.load_failed"
     EXT_HANDLER_FAILED = "ext.handler_failed"

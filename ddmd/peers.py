@@ -47,6 +47,7 @@ import ipaddress
 import os
 import pwd
 import socket
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -68,6 +69,7 @@ __all__ = [
     "PeerPolicy",
     "PortKind",
     "Verdict",
+    "check_peer",
     "user_name",
     "warn_if_unchecked",
 ]
@@ -166,7 +168,9 @@ class PeerPolicy:
             owner = localproc.peer_owner(facts.ours, facts.peer, proc_root=proc_root)
             verdict = self.judge_owner(owner, local_peer=_is_local(facts.peer[0], facts.ours[0]))
         else:
-            verdict = Verdict(self.unknown == "allow", None, "owner unknown: [security] unknown_peer")
+            verdict = Verdict(
+                self.unknown == "allow", None, "owner unknown: [security] unknown_peer"
+            )
         if not verdict.allowed and verdict.uid is not None:
             return Verdict(False, verdict.uid, verdict.reason, user_name(verdict.uid))
         return verdict
@@ -198,8 +202,8 @@ def _facts(sock: trio.socket.SocketType) -> _Facts:
         uid: int | None = None
         option = getattr(socket, "SO_PEERCRED", None)
         if option is not None:
-            creds = sock.getsockopt(socket.SOL_SOCKET, option, 12)  # struct ucred: 3 ints
-            uid = int.from_bytes(creds[4:8], "little" if _LITTLE else "big")
+            creds = sock.getsockopt(socket.SOL_SOCKET, option, _UCRED.size)
+            uid = int(_UCRED.unpack(creds)[1])
         path = sock.getsockname()
         return _Facts(family, peer_uid=uid, where=f"unix:{path}" if path else "unix")
     if family in (socket.AF_INET, socket.AF_INET6):
@@ -209,7 +213,8 @@ def _facts(sock: trio.socket.SocketType) -> _Facts:
     return _Facts(family)
 
 
-_LITTLE: Final = __import__("sys").byteorder == "little"
+#: struct ucred (pid_t pid; uid_t uid; gid_t gid), in the machine's byte order.
+_UCRED: Final = struct.Struct("=iII")
 
 
 class PeerGuard:
@@ -237,25 +242,13 @@ class PeerGuard:
     async def admit(self, stream: trio.SocketStream, kind: PortKind) -> bool:
         """True when the peer of `stream` may stay; a refusal is counted and logged (once per
         uid and port). Never raises but Cancelled: a check that fails refuses."""
-        where: str | int = "?"
-        try:
-            facts = _facts(stream.socket)
-        except OSError:
-            verdict = Verdict(False, None, "it closed the connection before it could be checked")
-        else:
-            where = facts.where
-            verdict = Verdict(
-                False, None, f"its owner could not be found within {self._timeout:g} s"
-            )
-            try:
-                with trio.move_on_after(self._timeout):
-                    verdict = await trio.to_thread.run_sync(
-                        partial(self.policy.judge, facts, self._proc_root),
-                        abandon_on_cancel=True,
-                        limiter=self._limiter,
-                    )
-            except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
-                verdict = Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}")
+        verdict, where = await check_peer(
+            self.policy,
+            stream,
+            proc_root=self._proc_root,
+            limiter=self._limiter,
+            lookup_timeout=self._timeout,
+        )
         if verdict.allowed:
             return True
         self._refused[kind] = self._refused.get(kind, 0) + 1
@@ -271,6 +264,34 @@ class PeerGuard:
                 reason=verdict.reason,
             )
         return False
+
+
+async def check_peer(
+    policy: PeerPolicy,
+    stream: trio.SocketStream,
+    *,
+    proc_root: str = "/proc",
+    limiter: trio.CapacityLimiter | None = None,
+    lookup_timeout: float = LOOKUP_TIMEOUT,
+) -> tuple[Verdict, str | int]:
+    """The verdict on the far end of `stream` (a connection we accepted, or one we opened:
+    the scan checks a VM's owner the same way), and our port (or socket path) for the log.
+    The lookup runs in a worker thread; one that overruns `lookup_timeout` or fails refuses."""
+    try:
+        facts = _facts(stream.socket)
+    except OSError:
+        return Verdict(False, None, "it closed the connection before it could be checked"), "?"
+    verdict = Verdict(False, None, f"its owner could not be found within {lookup_timeout:g} s")
+    try:
+        with trio.move_on_after(lookup_timeout):
+            verdict = await trio.to_thread.run_sync(
+                partial(policy.judge, facts, proc_root),
+                abandon_on_cancel=True,
+                limiter=limiter,
+            )
+    except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
+        verdict = Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}")
+    return verdict, facts.where
 
 
 class GuardedListener(trio.abc.Listener[trio.SocketStream]):

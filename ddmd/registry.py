@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -62,6 +63,18 @@ class DeviceSnapshot:
         }
 
 
+class CapturedFile(Protocol):
+    """A file a VM sent (a method trace, a heap dump), complete on disk."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 class VmHandle(Protocol):
     """What the registry and the control API may ask of a VM actor.
 
@@ -106,6 +119,25 @@ class VmHandle(Protocol):
     def adopt_debugger(self, stream: Any, peer: str, *, via: str) -> None:
         """Take an accepted debugger connection (sync; the actor runs the session)."""
         ...
+
+    # Method tracing, the allocation tracker, HPROF dumps, kill (drive/ddms.py; the API's
+    # control/ddms.py). Errors as above, plus WrongState (already tracing, a dump under way).
+
+    def profiling(self) -> dict[str, Any]:
+        """{features: {trace, allocs, hprof, kill: {available, reason, ...}}, trace}."""
+        ...
+
+    async def start_trace(self, sampling_us: int | None = None) -> dict[str, Any]: ...
+
+    async def stop_trace(self) -> CapturedFile: ...
+
+    async def trace_state(self) -> dict[str, Any]: ...
+
+    async def alloc_tracker(self, action: str) -> dict[str, Any]: ...
+
+    async def dump_hprof(self) -> CapturedFile: ...
+
+    async def kill(self, status: int = 1) -> dict[str, Any]: ...
 
     @property
     def ext_values(self) -> dict[str, Any]:

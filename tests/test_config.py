@@ -77,7 +77,7 @@ def test_defaults():
     assert c.debugger.max_per_vm == 4
     assert (c.control.host, c.control.port, c.control.token) == ("127.0.0.1", 8710, "")
     assert c.monitor == type(c.monitor)(0.5, False, True)
-    assert dataclasses.astuple(c.timeouts) == (2.0, 2.0, 5.0, 30.0, 1.0, 10.0, 5.0, 5.0)
+    assert dataclasses.astuple(c.timeouts) == (2.0, 2.0, 5.0, 30.0, 1.0, 10.0, 5.0, 5.0, 60.0)
     assert c.limits.max_packet_bytes == 1073741824
     assert c.limits.max_inflated_bytes == 64 * 1024 * 1024
     assert c.limits.max_vms == 256

@@ -7,9 +7,11 @@ Layer: imports config, errors, netaddr and `cli.format`, and httpx/trio lazily s
 `ddmd --version` stays light; `cli.main` registers the commands on its group. No protocol
 code: everything comes from the daemon's JSON.
 
-Every command takes `--config FILE` (where to read `[control] host/port/token`), `--control
-HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to one adb
-device). `--json` prints the API's JSON unchanged. Exit codes:
+Every command takes `--config FILE` (where to read `[control] host/port/token/socket`),
+`--control HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to
+one adb device). `--json` prints the API's JSON unchanged. Without `--control`, the daemon's unix
+socket (`[control] socket`) is used when it exists, or when `[control] tcp = false`; otherwise
+TCP. Exit codes:
 
     0  success (also Ctrl-C during --watch or `events`, and the daemon stopping during `events`)
     1  the API answered with an error (VM gone, feature unsupported, timeout, bad token, ...)
@@ -24,6 +26,7 @@ network); tests replace it to route the commands to an in-process app.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -130,6 +133,13 @@ def no_daemon(base: str) -> Failure:
     )
 
 
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 #: Added to a 401 answer's message.
 TOKEN_HINT = " (set [control] token in the config file, or pass --config)"
 
@@ -150,6 +160,12 @@ class DaemonAddress:
     base_url: str
     token: str
     device: str | None
+    uds: str | None = None  # the daemon's unix socket, when the commands go through it
+
+    @property
+    def shown(self) -> str:
+        """Where the daemon is, for messages."""
+        return self.base_url if self.uds is None else f"unix socket {self.uds}"
 
 
 def _parse_control(value: str) -> tuple[str, int]:
@@ -171,10 +187,18 @@ def daemon_address(
     except ConfigError as err:
         fail(command, str(err), EXIT_CONFIG)
     host, port = config.control.host, config.control.port
+    uds: str | None = None
     if control is not None:
         host, port = _parse_control(control)
+    elif config.control.socket is not None:
+        # The unix socket is the way in when it is there (or when TCP is off: then a missing
+        # socket is named in the "no daemon" message).
+        path = os.fspath(config.control.socket)
+        if _is_socket(path) or not config.control.tcp:
+            uds = path
+    # Through the socket too: the Host header names loopback (the API's Host rule).
     base = f"http://{host_port(connectable(host), port)}"
-    return DaemonAddress(base, config.control.token, device or None)
+    return DaemonAddress(base, config.control.token, device or None, uds)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,7 +229,7 @@ class Api:
         query = dict(params or {})
         if self.address.device is not None:
             query["device"] = self.address.device
-        base = self.address.base_url
+        base = self.address.shown
         timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=read_timeout)
         try:
             response = await self.client.request(method, path, params=query, timeout=timeout)
@@ -251,9 +275,12 @@ def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awai
         headers = {"Accept": "application/json"}
         if target.token:
             headers["Authorization"] = f"Bearer {target.token}"
+        transport = make_transport()
+        if transport is None and target.uds is not None:
+            transport = httpx.AsyncHTTPTransport(uds=target.uds)
         async with httpx.AsyncClient(
             base_url=target.base_url,
-            transport=make_transport(),
+            transport=transport,
             headers=headers,
             timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
             trust_env=False,  # never send loopback requests through an HTTP(S)_PROXY

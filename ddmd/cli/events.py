@@ -40,7 +40,7 @@ async def _tail_events(api: Api, show: Callable[[dict[str, Any]], None], count: 
 
     from ddmd.control.sse import SseDecoder
 
-    base = api.address.base_url
+    base = api.address.shown
     timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=EVENTS_READ_TIMEOUT)
     headers = {"Accept": "text/event-stream"}
     decoder = SseDecoder()

@@ -20,7 +20,7 @@ from ddmd.protocol.hprof import (
     summarise_file,
 )
 
-__all__ = ["EXIT_BAD_FILE", "format_histogram", "hprof_summary"]
+__all__ = ["EXIT_BAD_FILE", "format_histogram", "format_histogram_json", "hprof_summary"]
 
 EXIT_BAD_FILE = 1
 
@@ -31,17 +31,24 @@ def _count(n: int) -> str:
 
 def format_histogram(summary: HprofSummary, top: int | None, name: str) -> str:
     """The histogram as text: a summary line, then the ``top`` classes by shallow bytes."""
-    rows_shown = summary.top(top)
-    heap_columns = summary.heaps if summary.heap_info else ()
+    return format_histogram_json(summary.to_json(top), name)
+
+
+def format_histogram_json(body: dict[str, Any], name: str) -> str:
+    """The same text from the histogram's JSON (``HprofSummary.to_json``: what ``--json``
+    prints and the daemon's heap dump route answers), with every row ``body["classes"]`` has."""
+    rows_shown: list[dict[str, Any]] = body["classes"]
+    class_count: int = body["class_count"]
+    heap_columns: list[str] = body["heaps"] if body["heap_info"] else []
     lines = [
-        f"{name}: {summary.version}, {summary.id_size}-byte ids, "
-        f"{_count(summary.instances)} objects of {_count(len(summary.classes))} classes, "
-        f"{size(summary.shallow_bytes)} shallow"
+        f"{name}: {body['format']}, {body['id_size']}-byte ids, "
+        f"{_count(body['instances'])} objects of {_count(class_count)} classes, "
+        f"{size(body['shallow_bytes'])} shallow"
     ]
     if not rows_shown:
         lines.append("The dump holds no objects.")
         return "\n".join(lines)
-    which = "all classes" if len(rows_shown) == len(summary.classes) else f"top {len(rows_shown)}"
+    which = "all classes" if len(rows_shown) == class_count else f"top {len(rows_shown)}"
     note = "; heap columns count instances" if heap_columns else ""
     lines.append(
         f"{which} by shallow bytes (field and element bytes, object headers not counted){note}:"
@@ -49,12 +56,13 @@ def format_histogram(summary: HprofSummary, top: int | None, name: str) -> str:
     headers = ["CLASS", "INSTANCES", "SHALLOW BYTES", *(heap.upper() for heap in heap_columns)]
     rows: list[list[Any]] = []
     for entry in rows_shown:
-        per_heap = [entry.in_heap(heap).instances or None for heap in heap_columns]
+        shares = entry.get("heaps") or {}
+        per_heap = [(shares.get(heap) or {}).get("instances") or None for heap in heap_columns]
         rows.append(
             [
-                entry.name,
-                _count(entry.instances),
-                _count(entry.shallow_bytes),
+                entry["class"],
+                _count(entry["instances"]),
+                _count(entry["shallow_bytes"]),
                 *(None if n is None else _count(n) for n in per_heap),
             ]
         )

@@ -14,7 +14,8 @@ Errors become one line on stderr and an exit code:
        nothing was started
 
 Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
-stack, select, ports, devices, events) and the sim/demo tools are added the same way.
+stack, select, ports, devices, events, and `cli.ddms`'s trace, allocs, hprof, kill) and the
+sim/demo tools are added the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from ddmd import __version__, instance
-from ddmd.cli import client, events, ext, ports
+from ddmd.cli import client, ddms, events, ext, ports
 from ddmd.cli.client import config_option
 from ddmd.cli.hprof import hprof_summary
 from ddmd.cli.trace import trace_report
@@ -83,7 +84,15 @@ def _summary(config: Config) -> Iterator[str]:
     yield f"debuggers:   {dbg.host} ports {dbg.ports} (one per VM)"
     yield f"current VM:  {host_port(dbg.host, dbg.current_port)}"
     token = ", token required" if ctl.token else ""
-    yield f"control API: {host_port(ctl.host, ctl.port)}{token}"
+    tcp = host_port(ctl.host, ctl.port) if ctl.tcp else "no TCP listener"
+    unix = f", unix socket {ctl.socket}" if ctl.socket is not None else ""
+    yield f"control API: {tcp}{token}{unix}"
+    sec = config.security
+    others = ", ".join(str(uid) for uid in sec.allowed_uids)
+    yield (
+        f"connections: this user and root{' and uids ' + others if others else ''}; "
+        f"unknown owner: {sec.unknown_peer}"
+    )
     if adb.enabled == "off":
         yield "adb:         off"
     else:
@@ -294,6 +303,7 @@ COMMANDS: list[click.Command] = [
     ports.ports,
     events.events,
     ext.extensions,
+    *ddms.DDMS_COMMANDS,
 ]
 #: Commands that read a file and need no daemon.
 FILE_COMMANDS: list[click.Command] = [hprof_summary, trace_report]

@@ -120,7 +120,7 @@ def ports(
 
     body = run_with_api("ports", where, work)
     if body is None:
-        _ports_from_file(config_file, forget, device, as_json, where.base_url)
+        _ports_from_file(config_file, forget, device, as_json, where.shown)
         return
     if forget is None and device:
         body = {**body, "ports": [e for e in body.get("ports") or [] if e.get("device") == device]}

@@ -107,6 +107,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "reconnect": 10.0,
                 "adb": 5.0,
                 "shutdown_grace": 5.0,
+                "capture": 60.0,
             }
         ),
         "limits": MappingProxyType(
@@ -295,6 +296,7 @@ class TimeoutsConfig:
     reconnect: float
     adb: float
     shutdown_grace: float
+    capture: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,17 +46,14 @@ keeps answering).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-import hypercorn.config
-import hypercorn.trio
 import trio
-from hypercorn.typing import Framework
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -66,7 +63,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from ddmd import __version__
-from ddmd.control import heapimage, web
+from ddmd.control import ddms, heapimage, web
+from ddmd.control.server import ControlBound, serve_control
 from ddmd.control.shapes import image_json, stack_json, threads_json
 from ddmd.errors import (
     DdmdError,
@@ -75,9 +73,10 @@ from ddmd.errors import (
     TargetError,
     VmGone,
     VmRequestError,
+    WrongState,
 )
 from ddmd.logs import Event, get_logger
-from ddmd.netaddr import host_port
+from ddmd.peers import PeerGuard
 from ddmd.portbook import PortBook, PortEntry
 from ddmd.protocol.heap import Kind, Solidity
 from ddmd.registry import VmHandle, VmRegistry, resolve_thread
@@ -165,6 +164,8 @@ def _error_response(request: Request, exc: Exception) -> JSONResponse:
         return _error(504, str(exc), **where)
     if isinstance(exc, VmGone):
         return _error(410, str(exc), **where)
+    if isinstance(exc, WrongState):
+        return _error(409, str(exc), **where)
     if isinstance(exc, VmRequestError):  # DdmFailed, or a future kind of failed request
         return _error(502, str(exc), **where)
     log.error(
@@ -523,6 +524,7 @@ def create_app(
     ports: PortBookOwner | None = None,
     health: Mapping[str, Any] | None = None,
     extensions: Mapping[str, Any] | None = None,
+    capture_dir: Path | None = None,
 ) -> Starlette:
     """The control API over `registry`.
 
@@ -547,6 +549,7 @@ def create_app(
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
+        *ddms.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),
         Route(API_PREFIX + "/extensions", _guarded(api.ext_list), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
         Route(vm + "/heap.png", _guarded(api.heap_png), methods=["GET"]),
@@ -571,21 +574,6 @@ def create_app(
 # Serving
 
 
-def _parse_bound(bind: str) -> tuple[str, int]:
-    """hypercorn's "http://127.0.0.1:8710" or "http://[::1]:8710" -> (host, port)."""
-    address = bind.partition("://")[2]
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def _first_leaf(group: BaseExceptionGroup[OSError]) -> OSError:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    assert isinstance(exc, OSError)
-    return exc
-
-
 async def serve(
     app: ASGIApp,
     host: str,
@@ -594,36 +582,29 @@ async def serve(
     *,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     graceful_timeout: float = 3.0,
+    guard: PeerGuard | None = None,
 ) -> None:
-    """Serve `app` with hypercorn on host:port until cancelled or `shutdown_trigger` returns
-    (then open requests get `graceful_timeout` seconds to finish).
+    """Serve `app` on TCP host:port until cancelled or `shutdown_trigger` returns (then open
+    requests get `graceful_timeout` seconds to finish); `control.server.serve_control` does the
+    work (and serves the unix socket too, for the daemon).
 
     `task_status.started((host, port))` is called once the socket listens; port 0 reports the
     port the system picked. A bind failure (port in use, address not available) is raised as
-    the plain `OSError`, not wrapped in an exception group, so the daemon can name the port.
+    the plain `OSError`, so the daemon can name the port. With a `guard`, connections from
+    users who may not connect are closed before anything is read (`ddmd.peers`).
     """
-    config = hypercorn.config.Config()
-    config.bind = [host_port(host, port)]
-    config.accesslog = None
-    # A Logger instance: hypercorn adds no handler of its own and the records go to the root
-    # logger, which logs.configure() routes through structlog.
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = graceful_timeout
-    try:
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                partial(
-                    hypercorn.trio.serve,
-                    cast("Framework", app),  # Starlette's ASGI types are looser than hypercorn's
-                    config,
-                    shutdown_trigger=shutdown_trigger,
-                )
-            )
-            bound_host, bound_port = _parse_bound(binds[0])
-            log.info(LISTENING, host=bound_host, port=bound_port)
-            task_status.started((bound_host, bound_port))
-    except BaseExceptionGroup as group:
-        os_errors, rest = group.split(OSError)
-        if os_errors is not None and rest is None:
-            raise _first_leaf(os_errors) from None
-        raise
+
+    class _Started:
+        def started(self, value: ControlBound | None = None) -> None:
+            assert value is not None
+            assert value.tcp is not None
+            task_status.started(value.tcp)
+
+    await serve_control(
+        app,
+        tcp=(host, port),
+        guard=guard,
+        shutdown_trigger=shutdown_trigger,
+        graceful_timeout=graceful_timeout,
+        task_status=_Started(),
+    )

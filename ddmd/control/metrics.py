@@ -20,12 +20,17 @@ Metrics (all prefixed ``ddmd_``)::
     ddmd_debuggers_dropped_slow_total                counter: debugger.slow_consumer drops
     ddmd_event_stream_subscribers                    gauge: open /api/v1/events streams
     ddmd_event_stream_dropped_total                  counter: streams closed for falling behind
+    ddmd_peers_refused_total{port_kind}              counter: connections from users who may not
+                                                     connect (vm_port | current_port | control)
+    ddmd_trio_tasks                                  gauge: tasks alive in the daemon's task
+                                                     tree (a leak shows as a steady climb)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
@@ -36,9 +41,17 @@ from starlette.routing import Route
 from ddmd import __version__
 from ddmd.control.events import EventHub
 from ddmd.drive.supervisor import CountedVm, RelayTotals
+from ddmd.peers import PORT_KINDS, PeerGuard
 from ddmd.registry import VmRegistry
 
-__all__ = ["METRICS_PATH", "DaemonCollector", "RelayTotals", "make_registry", "metrics_route"]
+__all__ = [
+    "METRICS_PATH",
+    "DaemonCollector",
+    "RelayTotals",
+    "make_registry",
+    "metrics_route",
+    "trio_task_count",
+]
 
 METRICS_PATH = "/metrics"
 _SOURCES = ("tcp", "adb")
@@ -47,6 +60,25 @@ _DDM = ("yes", "no", "unknown")
 
 def _ddm_label(ddm: bool | None) -> str:
     return "unknown" if ddm is None else ("yes" if ddm else "no")
+
+
+def trio_task_count() -> int | None:
+    """Tasks alive under the root task of the running trio loop (itself included); None
+    outside trio. Walks the task tree: cheap next to a scrape (hundreds of tasks)."""
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:
+        return None
+    if root is None:
+        return None
+    count = 0
+    pending = [root]
+    while pending:
+        task = pending.pop()
+        count += 1
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return count
 
 
 class DaemonCollector:
@@ -60,8 +92,10 @@ class DaemonCollector:
         retired: RelayTotals,
         scan_probes: Callable[[], int] = lambda: 0,
         hub: EventHub | None = None,
+        peers: PeerGuard | None = None,
         version: str = __version__,
     ) -> None:
+        self._peers = peers
         self._registry = registry
         self._vms = vms
         self._retired = retired
@@ -139,6 +173,21 @@ class DaemonCollector:
                 "ddmd_event_stream_dropped",
                 "Event streams closed because their reader fell behind",
                 value=stats.dropped,
+            )
+        if self._peers is not None:
+            refused = self._peers.refused_counts()
+            peers = CounterMetricFamily(
+                "ddmd_peers_refused",
+                "Connections refused because their user may not connect ([security])",
+                labels=["port_kind"],
+            )
+            for kind in PORT_KINDS:
+                peers.add_metric([kind], refused.get(kind, 0))
+            yield peers
+        tasks = trio_task_count()
+        if tasks is not None:
+            yield GaugeMetricFamily(
+                "ddmd_trio_tasks", "Tasks alive in the daemon (trio's task tree)", value=tasks
             )
 
 

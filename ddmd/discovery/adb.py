@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Protocol
 
 import structlog
@@ -101,6 +102,22 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, trio.TooSlowError):
         return "no JDWP handshake within [timeouts] handshake"
     return str(exc) or type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFileStore:
+    """``DeviceFiles`` of one device: where a VM writes a trace or heap dump that it cannot
+    stream (older VMs), and fetching it back through adb."""
+
+    server: AdbServer
+    serial: str
+
+    def device_path(self, name: str) -> str:
+        # Where DDMS put them: the shared storage every app may write to.
+        return f"/sdcard/{name}"
+
+    async def fetch(self, remote: str, local: Path) -> int:
+        return await self.server.pull_and_remove(self.serial, remote, local)
 
 
 class AdbDiscovery:
@@ -457,6 +474,7 @@ class AdbDiscovery:
                     key=key,
                     device=serial,
                     pid=pid,
+                    files=DeviceFileStore(self._server, serial),
                 )
                 try:
                     await send.send(found)

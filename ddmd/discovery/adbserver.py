@@ -26,6 +26,7 @@ import socket
 import threading
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import adbutils
@@ -201,6 +202,45 @@ def _open_service(call: _Call, serial: str | None, service: str) -> socket.socke
     return sock
 
 
+class _Client(adbutils.AdbClient):  # type: ignore[misc]
+    """adbutils' client for its device services (sync, shell), on ``_NoAutoStart``
+    connections that carry ddmd's timeout."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, socket_timeout=timeout)
+        self._timeout = timeout
+
+    def make_connection(self, timeout: float | None = None) -> adbutils.AdbConnection:
+        try:
+            conn = _NoAutoStart(self.host, self.port)
+        except adbutils.AdbError as exc:
+            raise AdbUnreachable(
+                f"no adb server answers at {self.host}:{self.port}: {exc}"
+            ) from exc
+        conn.conn.settimeout(timeout or self._timeout)
+        return conn
+
+
+def _pull_and_remove(
+    host: str, port: int, timeout: float, serial: str, remote: str, local: Path
+) -> int:
+    """(thread) adbutils' sync pull of ``remote`` into ``local`` (owner-only), then ``rm -f``
+    it on the device. Each socket wait is bounded by ``timeout``; returns the bytes written."""
+    device = _Client(host, port, timeout).device(serial)
+    size = 0
+    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for piece in device.sync.iter_content(remote):
+                out.write(piece)
+                size += len(piece)
+    except adbutils.AdbError as exc:
+        raise AdbRefused(f"could not fetch {remote} from {serial}: {exc}") from exc
+    with contextlib.suppress(adbutils.AdbError, OSError):
+        device.shell(["rm", "-f", remote], timeout=timeout)
+    return size
+
+
 # ------------------------------------------------------------------------------ trio side
 
 
@@ -278,6 +318,18 @@ class AdbServer:
         then ``service``."""
         sock = await self.call(partial(_open_service, serial=serial, service=service))
         return _wrap(sock)
+
+    async def pull_and_remove(self, serial: str, remote: str, local: Path) -> int:
+        """Fetch a file the VM wrote on the device (a trace, a heap dump) with adbutils' sync
+        pull, then remove it there. Every socket wait is bounded by ``[timeouts] adb``; the
+        whole transfer takes as long as the file needs."""
+        work = partial(
+            _pull_and_remove, self._adb.host, self._adb.port, self.timeout, serial, remote, local
+        )
+        try:
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except (TimeoutError, OSError) as exc:
+            raise AdbUnreachable(f"fetching {remote} from {serial} failed: {exc}") from exc
 
     def records(self, stream: trio.abc.ReceiveStream) -> Records:
         """The records of a list stream; one that stalls inside a record gives up after

@@ -12,6 +12,9 @@ Layer: standard library only. What it reads, all under ``proc_root`` (default ``
   exit during the scan.
 - ``PID/cmdline`` and ``PID/exe``: the command line and the executable, for the name.
 
+The socket tables also say who owns a connection's far end (`peer_owner`) and a port's
+listener (`listening_owners`): the uid rule of ``ddmd.peers`` and of the scan reads them.
+
 Every function is synchronous and blocking (file reads, one ``readlink`` per open file of every
 process: a busy machine has many), so trio callers run it in a worker thread under a deadline;
 ``give_up_at`` (a ``time.monotonic()`` value) lets the scan stop by itself when that deadline
@@ -265,8 +268,9 @@ def _tables(proc_root: str) -> list[str] | None:
     """The text of ``net/tcp`` and ``net/tcp6``; None when neither can be read."""
     texts: list[str] = []
     for table in ("tcp", "tcp6"):
+        path = os.path.join(proc_root, "net", table)
         try:
-            with open(os.path.join(proc_root, "net", table), encoding="ascii", errors="replace") as f:
+            with open(path, encoding="ascii", errors="replace") as f:
                 texts.append(f.read())
         except OSError:
             continue

@@ -14,11 +14,20 @@ Each VM found is also looked up in ``/proc`` (``localproc.find_listener``: the p
 the other end of the probe's connection, its pid and ``jps``-style name), in a worker thread and
 within ``PROCESS_LOOKUP_TIMEOUT``: a slow ``/proc`` costs the VM its pid and name, never the
 discovery.
+
+Own VMs only (with a `peers.PeerPolicy`): a JVM another user started is not adopted. Before
+each round the LISTEN sockets of the ports to probe are looked up in the socket tables (one
+read, in a worker thread); a port whose listener belongs to a user who may not connect is not
+even connected to, so that user's own debugger keeps the VM's one JDWP connection. After a
+handshake the VM's end of the connection is checked again (the listener may have changed
+hands in between; the tables may not be readable). Either way the port is skipped with one
+``scan.foreign_vm_skipped`` line per port and uid, not one per round.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import math
 import time
 from collections.abc import Callable
@@ -31,9 +40,10 @@ import trio
 from ddmd.config import Config
 from ddmd.discovery import VmFound
 from ddmd.discovery.connect import NotJdwp, aclose_quietly, backoff, jdwp_handshake
-from ddmd.discovery.localproc import LocalProcess, find_listener
+from ddmd.discovery.localproc import LocalProcess, find_listener, listening_owners
 from ddmd.logs import Event
 from ddmd.netaddr import host_port
+from ddmd.peers import LOOKUP_TIMEOUT, PeerPolicy, check_peer, user_name
 
 log = structlog.get_logger("ddmd.scan")
 
@@ -78,12 +88,17 @@ class PortScanner:
         held: Callable[[], set[int]],
         *,
         lookup: ProcessLookup = find_listener,
+        policy: PeerPolicy | None = None,
+        proc_root: str = "/proc",
     ) -> None:
         self._config = config
         self._held = held
         self._backoff: dict[int, _Backoff] = {}
         self._lookup = lookup
         self._lookup_limiter = trio.CapacityLimiter(PROCESS_LOOKUP_THREADS)
+        self._policy = policy
+        self._proc_root = proc_root
+        self._foreign_logged: set[tuple[int, int]] = set()
         self.probes = 0
 
     async def run(self, send: trio.MemorySendChannel[VmFound]) -> None:
@@ -102,6 +117,8 @@ class PortScanner:
             for p in cfg.ports
             if p not in held and self._backoff.get(p, _Backoff()).next_try <= now
         ]
+        if self._policy is not None and ports:
+            ports = await self._own_listeners(cfg.host, ports, self._policy)
         limiter = trio.CapacityLimiter(PROBE_CONCURRENCY)
         async with trio.open_nursery() as nursery:
             for port in ports:
@@ -132,13 +149,21 @@ class PortScanner:
             except trio.BrokenResourceError as exc:
                 self._not_jdwp(port, f"connection reset during the handshake: {exc}")
                 return
+        if not await self._keep_if_own(stream, port):
+            return
         state = self._backoff.get(port)
         if state is not None and not state.after_protocol_error:
             del self._backoff[port]
             log.info(Event.SCAN_PORT_RECOVERED, port=port)
 
         async def reopen() -> tuple[trio.abc.Stream, bytes]:
-            return await open_jdwp(host, port, self._config)
+            # The port may have changed hands since: the same rule as the first time.
+            again, rest = await open_jdwp(host, port, self._config)
+            if not await self._keep_if_own(again, port):
+                raise ConnectionRefusedError(
+                    errno.ECONNREFUSED, f"the VM on port {port} now belongs to another user"
+                )
+            return again, rest
 
         try:
             process = await self._local_process(stream, host, port)
@@ -187,6 +212,69 @@ class PortScanner:
             )
         return None
 
+    async def _own_listeners(self, host: str, ports: list[int], policy: PeerPolicy) -> list[int]:
+        """`ports` without those whose LISTEN socket belongs to a user who may not connect.
+        When the tables cannot tell (not Linux, a host name, a slow /proc), the check after
+        the handshake decides; with ``unknown_peer = "refuse"`` and no tables, nothing is
+        probed."""
+        lookup = partial(_foreign_listeners, host, ports, policy, self._proc_root)
+        found: tuple[dict[int, tuple[int, str | None]], bool] | None = None
+        with trio.move_on_after(LOOKUP_TIMEOUT):
+            found = await trio.to_thread.run_sync(
+                lookup, abandon_on_cancel=True, limiter=self._lookup_limiter
+            )
+        if found is None:
+            return ports
+        foreign, readable = found
+        if not readable:
+            return ports if policy.unknown == "allow" else []
+        for port, (uid, user) in foreign.items():
+            self._foreign(port, uid, user, "its listening socket")
+        return [p for p in ports if p not in foreign]
+
+    async def _keep_if_own(self, stream: trio.abc.Stream, port: int) -> bool:
+        """`_own_vm`, closing the stream when the answer is no (or the check is cancelled)."""
+        if self._policy is None:
+            return True
+        try:
+            own = await self._own_vm(stream, port, self._policy)
+        except BaseException:
+            await aclose_quietly(stream)
+            raise
+        if not own:
+            await aclose_quietly(stream)
+        return own
+
+    async def _own_vm(self, stream: trio.abc.Stream, port: int, policy: PeerPolicy) -> bool:
+        """After the handshake: does the VM's end of this connection belong to an allowed
+        user? A VM whose end is gone already, or whose owner cannot be known when
+        ``unknown_peer`` says "refuse", is dropped quietly."""
+        if not isinstance(stream, trio.SocketStream):
+            return True  # not a socket (tests' memory streams): nothing to look up
+        verdict, _ = await check_peer(
+            policy, stream, proc_root=self._proc_root, limiter=self._lookup_limiter
+        )
+        if verdict.allowed:
+            return True
+        if verdict.uid is not None:
+            self._foreign(port, verdict.uid, verdict.user, "its end of the probe's connection")
+        else:
+            log.debug(Event.SCAN_PROBE_FAILED, port=port, error=f"VM not adopted: {verdict.reason}")
+        return False
+
+    def _foreign(self, port: int, uid: int, user: str | None, seen: str) -> None:
+        if (port, uid) in self._foreign_logged:
+            return
+        self._foreign_logged.add((port, uid))
+        log.warning(
+            Event.SCAN_FOREIGN_VM_SKIPPED,
+            port=port,
+            uid=uid,
+            user=user,
+            seen=seen,
+            reason="another user's VM; add the user to [security] allowed_uids to adopt it",
+        )
+
     def _not_jdwp(self, port: int, why: str) -> None:
         state = self._backoff.setdefault(port, _Backoff())
         if state.failures == 0:
@@ -218,6 +306,28 @@ class PortScanner:
         if state is None:
             return None
         return max(0.0, state.next_try - trio.current_time())
+
+
+def _foreign_listeners(
+    host: str, ports: list[int], policy: PeerPolicy, proc_root: str
+) -> tuple[dict[int, tuple[int, str | None]], bool]:
+    """Blocking (socket tables, user database): port -> (uid, user name) of the listeners
+    owned by users who may not connect, and whether the tables could be read at all."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return {}, True  # a host name: the check after the handshake decides
+    owners = listening_owners(host, ports, proc_root=proc_root)
+    if owners is None:
+        return {}, False
+    return (
+        {
+            port: (uid, user_name(uid))
+            for port, uid in owners.items()
+            if not policy.uid_allowed(uid)
+        },
+        True,
+    )
 
 
 def _all_refused(exc: OSError) -> bool:

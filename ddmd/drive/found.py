@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import trio
@@ -28,6 +29,18 @@ class ProcessInfo(Protocol):
     def name(self) -> str | None: ...
 
 
+class DeviceFiles(Protocol):
+    """Files on the VM's device (adb VMs): a trace or heap dump the VM wrote there."""
+
+    def device_path(self, name: str) -> str:
+        """Where on the device the VM should write ``name``."""
+        ...
+
+    async def fetch(self, remote: str, local: Path) -> int:
+        """Copy ``remote`` to ``local`` and remove it from the device; the bytes written."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class VmFound:
     vm_id: str
@@ -40,6 +53,7 @@ class VmFound:
     device: str | None = None
     pid: int | None = None
     process: ProcessInfo | None = None  # the local process listening (port scan, Linux)
+    files: DeviceFiles | None = None  # its device's files (adb VMs)
 
 
 @dataclass(frozen=True, slots=True)

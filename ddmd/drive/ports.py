@@ -1,9 +1,11 @@
 """Debugger listening ports: one per VM, plus the current-VM port (default 8700).
 
-Layer: trio, structlog, config, errors, logs, registry and the port book (``ddmd.portbook``,
-the persisted app -> port table). Accepts connections and hands each one to the right VM's
-driver (which serves it in its own nursery, so a debugger never outlives its VM). No JDWP
-parsing here.
+Layer: trio, structlog, config, errors, logs, registry, the port book (``ddmd.portbook``,
+the persisted app -> port table) and ``ddmd.peers`` (the peer-uid rule). Accepts connections
+and hands each one to the right VM's driver (which serves it in its own nursery, so a debugger
+never outlives its VM). No JDWP parsing here. With a `PeerGuard`, every listener here is a
+`GuardedListener`: a connection from a user who may not connect is closed before it is handed
+to anyone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import trio
 from ddmd.config import is_loopback_host
 from ddmd.errors import PortInUse
 from ddmd.logs import Event
+from ddmd.peers import GuardedListener, PeerGuard, PortKind
 from ddmd.portbook import PortBook
 from ddmd.registry import VmRegistry
 
@@ -24,6 +27,7 @@ log = structlog.get_logger("ddmd.ports")
 
 # Called with the accepted stream and the peer's "host:port"; must not block.
 Acceptor = Callable[[trio.SocketStream, str], None]
+Listener = trio.abc.Listener[trio.SocketStream]
 
 
 def peer_name(stream: trio.SocketStream) -> str:
@@ -47,7 +51,12 @@ async def open_listener(host: str, port: int, *, key: str) -> trio.SocketListene
     return listeners[0]
 
 
-async def accept_loop(listener: trio.SocketListener, accept: Acceptor) -> None:
+def guarded(listener: trio.SocketListener, guard: PeerGuard | None, kind: PortKind) -> Listener:
+    """`listener` behind the peer-uid rule (as it is without a guard)."""
+    return listener if guard is None else GuardedListener(listener, guard, kind)
+
+
+async def accept_loop(listener: Listener, accept: Acceptor) -> None:
     """Accept until cancelled; the listener is closed on the way out."""
     async with listener:
         while True:
@@ -70,10 +79,13 @@ async def close_with_reason(stream: trio.abc.Stream) -> None:
 class CurrentVmListener:
     """The current-VM port: each connection goes to whatever VM is current at accept time."""
 
-    def __init__(self, registry: VmRegistry, host: str, port: int) -> None:
+    def __init__(
+        self, registry: VmRegistry, host: str, port: int, *, guard: PeerGuard | None = None
+    ) -> None:
         self._registry = registry
         self._host = host
         self._port = port
+        self._guard = guard
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -83,7 +95,7 @@ class CurrentVmListener:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started(bound)
-            await accept_loop(listener, self._accept)
+            await accept_loop(guarded(listener, self._guard, "current_port"), self._accept)
 
     def _accept(self, stream: trio.SocketStream, peer: str) -> None:
         handle = self._registry.current()
@@ -105,16 +117,17 @@ class VmPorts:
     """Hands out per-VM debugger ports from the configured range, using the PortBook so an app
     gets the same port after a restart. A port taken by another program is skipped (logged)."""
 
-    def __init__(self, book: PortBook, host: str) -> None:
+    def __init__(self, book: PortBook, host: str, *, guard: PeerGuard | None = None) -> None:
         self._book = book
         self._host = host
+        self._guard = guard
         self._in_use: set[int] = set()
         self._saving = False
         self._dirty = False
         for problem in book.problems:
             log.warning(Event.PORTS_STATE_PROBLEM, problem=problem)
 
-    async def open_for(self, key: str) -> tuple[trio.SocketListener, int] | None:
+    async def open_for(self, key: str) -> tuple[Listener, int] | None:
         for port in self._book.candidates(key, set(self._in_use)):
             if port in self._in_use:
                 continue
@@ -133,7 +146,7 @@ class VmPorts:
                 raise
             self._book.record(key, port)
             await self._save()
-            return listener, port
+            return guarded(listener, self._guard, "vm_port"), port
         log.error(
             Event.DEBUGGER_PORT_SKIPPED,
             key=key,

@@ -142,6 +142,7 @@ class Supervisor:
             process=found.process,
             ports=self.ports,
             handlers=self.handlers,
+            files=found.files,
         )
         self.actors[found.vm_id] = actor
         scope = self._scopes[found.vm_id] = trio.CancelScope()

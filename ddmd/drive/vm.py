@@ -31,6 +31,8 @@ import structlog
 import trio
 
 from ddmd.config import Config
+from ddmd.drive.captures import HIGH_WATER, CaptureFile
+from ddmd.drive.ddms import ProfilingDriver
 from ddmd.drive.debugger import (
     DIRECT_SEND_LIMIT,
     SLOW_CONSUMER,
@@ -38,15 +40,16 @@ from ddmd.drive.debugger import (
     Outbox,
     OutboxBroken,
 )
-from ddmd.drive.found import Opener, ProcessInfo
+from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
-from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.protocol.heap import HeapImage
 from ddmd.registry import GcOutcome, VmRegistry, VmSnapshot
 from ddmd.session.commands import (
+    Capture,
     Changed,
     CloseDebugger,
     Command,
@@ -96,6 +99,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "timed_out": RequestTimedOut,
     "failed": DdmFailed,
     "gone": VmGone,
+    "conflict": WrongState,
 }
 
 
@@ -130,6 +134,7 @@ def settings_from(config: Config) -> SessionSettings:
         max_inflated=config.limits.max_inflated_bytes,
         max_debuggers=config.debugger.max_per_vm,
         poll_phase=random.random(),
+        capture=config.timeouts.capture,
     )
 
 
@@ -137,7 +142,7 @@ def _vm_json(snapshot: VmSnapshot) -> dict[str, Any]:
     return snapshot.to_json()
 
 
-class VmDriver:
+class VmDriver(ProfilingDriver):
     """The one owner of a VM's connections. Serves ``VmHandle`` to the registry and the API."""
 
     def __init__(
@@ -153,6 +158,7 @@ class VmDriver:
         ports: VmPorts | None = None,
         process: ProcessInfo | None = None,
         handlers: Sequence[Any] = (),
+        files: DeviceFiles | None = None,
     ) -> None:
         self._vm_id = vm_id
         self._config = config
@@ -171,6 +177,9 @@ class VmDriver:
             handler_view=_vm_json,
         )
         self.ext_values: dict[str, Any] = {}  # chunk handler name -> what it published
+        self._captures: dict[int, CaptureFile] = {}  # call -> the file it brings
+        self.capture_dir = config.debugger.state_file.parent / "captures"
+        self.device_files = files  # adb VMs: for traces and dumps the VM can only write there
         self._log = log.bind(vm=vm_id)
         self._nursery: trio.Nursery | None = None
         self._vm: Outbox | None = None
@@ -272,11 +281,18 @@ class VmDriver:
         assert isinstance(images, tuple)
         return images
 
-    async def _ask(self, request: Request) -> object:
+    def _next_call(self) -> int:
+        return next(self._call_ids)
+
+    def _app_name(self) -> str | None:
+        snapshot = self.snapshot()
+        return snapshot.package or snapshot.app
+
+    async def _ask(self, request: Request, *, number: int | None = None) -> object:
         """One API call: fed to the session; its answer comes with a later input (a reply, a
         push, a Tick at the call's deadline). A caller that is cancelled leaves the call to
         expire in the session; it never writes to a socket itself."""
-        number = next(self._call_ids)
+        number = next(self._call_ids) if number is None else number
         waiter = _CallWaiter(trio.Event())
         self._calls[number] = waiter
         try:
@@ -399,6 +415,9 @@ class VmDriver:
                 broken = self._feed_vm(VmBytes(data))
             if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
+            for capture in list(self._captures.values()):
+                if capture.queued > HIGH_WATER:
+                    await capture.wait_room()  # the disk is behind: let TCP slow the VM down
             if broken is not None:
                 return broken
 
@@ -512,6 +531,10 @@ class VmDriver:
                     self._nursery.start_soon(self._close_debugger, debugger, command.reason)
         elif isinstance(command, SelectMe):
             self._registry.select(self._vm_id, reason=command.reason)
+        elif isinstance(command, Capture):
+            capture = self._captures.get(command.call)
+            if capture is not None:
+                capture.put(command.data, command.last)
         elif isinstance(command, Publish):
             self.ext_values[command.handler] = command.value
             self._registry.ext_updated(self._vm_id)

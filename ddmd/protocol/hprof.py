@@ -270,7 +270,7 @@ class HprofReader:
         if avail < need:
             return False
         version = bytes(buf[pos:nul])
-        if not version.startswith(b"JAVA PROFILE 1.0."):
+        if not version.startswith(b"JAVA PROFILE 1.0.") or not version.isascii():
             raise HprofFormatError(
                 f"unsupported HPROF version {version.decode('ascii', 'replace')!r}"
             )

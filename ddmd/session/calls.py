@@ -9,14 +9,30 @@ answers the calls whose outcome is known (``_settle``): a reply, the pushes a re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ddmd.protocol import ddm
 from ddmd.protocol.expect import FEATURE_NAMES, Answer, Expect, Judgement
 from ddmd.session.commands import Command, Reject, Resolve
-from ddmd.session.inputs import Call, CauseGc, DumpHeap, GetStack, RefreshThreads
+from ddmd.session.inputs import (
+    AllocTracker,
+    Call,
+    CauseGc,
+    DumpHeap,
+    DumpHprof,
+    GetStack,
+    Kill,
+    RefreshThreads,
+    StartTrace,
+    StopTrace,
+    TraceState,
+)
 from ddmd.session.model import GcOutcome, VmModel
 from ddmd.session.router import Router
 from ddmd.session.settings import SessionSettings
+
+#: The requests ``ProfilingMixin`` (session/profiling.py) works on.
+PROFILING_REQUESTS = (StartTrace, StopTrace, TraceState, AllocTracker, DumpHprof, Kill)
 
 
 @dataclass(slots=True)
@@ -95,10 +111,22 @@ class CallsMixin:
             return "gone"
         return None
 
+    if TYPE_CHECKING:  # ProfilingMixin's (session/profiling.py); stubs here would shadow it
+
+        def _call_profiling(self, pending: PendingCall, now: float) -> None: ...
+
+        def _settle_profiling(self, pending: PendingCall, now: float) -> None: ...
+
     def _call(self, item: Call, now: float) -> None:
         request = item.request
         pending = PendingCall(item.call, request, now + self.settings.ddm_request)
         self._calls[item.call] = pending
+        if isinstance(request, PROFILING_REQUESTS):
+            if self.state in ("closed", "connecting", "reconnecting"):
+                self._reject(pending, "gone", f"{self.name} is not connected", now)
+            else:
+                self._call_profiling(pending, now)
+            return
         if isinstance(request, RefreshThreads):
             self._lease_until = now + self.settings.thread_lease
             if self.model.ddm and "THST" not in self.model.unsupported and self.router.ready:
@@ -138,6 +166,9 @@ class CallsMixin:
         """Answer every call whose outcome is known."""
         for pending in list(self._calls.values()):
             request = pending.request
+            if isinstance(request, PROFILING_REQUESTS):
+                self._settle_profiling(pending, now)
+                continue
             refused = next((o for o in pending.owns if o.refused()), None)
             if isinstance(request, RefreshThreads):
                 if all(o.done for o in pending.owns):

@@ -105,6 +105,16 @@ class Publish:
     value: Any
 
 
+@dataclass(slots=True)
+class Capture:
+    """Bytes of a file the VM sends for call ``call`` (a method trace, a heap dump), in order;
+    ``last``: the file is complete. The driver writes them to the call's file as they come."""
+
+    call: int
+    data: bytes
+    last: bool = False
+
+
 Command = (
     SendToVm
     | SendToDebugger
@@ -117,4 +127,5 @@ Command = (
     | Resolve
     | Reject
     | Publish
+    | Capture
 )

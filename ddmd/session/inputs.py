@@ -85,7 +85,62 @@ class DumpHeap:
     """Heap segments on, a GC, and the dump it pushes."""
 
 
-Request = RefreshThreads | CauseGc | GetStack | DumpHeap
+@dataclass(frozen=True, slots=True)
+class StartTrace:
+    """Method tracing on: streaming (MPSS, or SPSS with ``sampling_us``), or into
+    ``device_path`` on the device (MPRS) for a VM that only writes trace files there (the
+    driver gives a path only where it can fetch the file: through adb)."""
+
+    sampling_us: int | None = None
+    buffer_size: int = 8 << 20
+    device_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StopTrace:
+    """Method tracing off: the trace comes as ``Capture`` commands (streaming), or is left in
+    the device file (answered with its path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceState:
+    """Is the VM tracing (MPRQ)?"""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocTracker:
+    """The allocation tracker: ``action`` is "start", "stop", "status" or "list"."""
+
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class DumpHprof:
+    """An HPROF heap dump: streamed (HPDS, as ``Capture`` commands), or written to
+    ``device_path`` (HPDU) where the VM cannot stream and the driver can fetch the file."""
+
+    device_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """EXIT with ``status``: the VM process ends."""
+
+    status: int = 1
+
+
+Request = (
+    RefreshThreads
+    | CauseGc
+    | GetStack
+    | DumpHeap
+    | StartTrace
+    | StopTrace
+    | TraceState
+    | AllocTracker
+    | DumpHprof
+    | Kill
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,10 +109,15 @@ class _Relay:
     """Where the pieces of a packet too large to buffer go."""
 
     debuggers: tuple[int, ...] = ()
+    push: bool = False  # a large DDM push: its pieces go to on_push_piece
     owner_header: PacketHeader | None = None
     buffer: bytearray | None = None
     pending: Pending | None = None
     whole: PacketHeader | None = None  # gathered, then routed as one packet
+
+
+def _discarded(first: bool) -> list[Command]:
+    return [Log("ddm.push_discarded")] if first else []
 
 
 def _is_suspending_vm_start(packet: CommandPacket) -> bool:
@@ -133,6 +138,10 @@ class Router:
 
     on_reply: Callable[[Pending, ReplyPacket], list[Command]]
     on_push: Callable[[CommandPacket], list[Command]]
+    # Pieces of a DDM push too large to hold: (data, first, last). The default drops them.
+    on_push_piece: Callable[[bytes, bool, bool], list[Command]] = field(
+        default=lambda data, first, last: _discarded(first)
+    )
     max_packet: int = 1 << 30
     stream_threshold: int = 1 << 20
     ids: IdRewriter = field(default_factory=IdRewriter)
@@ -401,13 +410,21 @@ class Router:
                 return [self._to_debugger(debugger, data, more=True)]
             relay.pending, relay.owner_header, relay.buffer = pending, header, bytearray()
             return []
-        return [Log("ddm.push_discarded", fields={"id": header.id, "length": header.length})]
+        # A DDM push too large to hold (a heap dump, a trace): its pieces go to the session,
+        # which passes on the file a call waits for and drops anything else.
+        relay.push = True
+        return self.on_push_piece(b"", True, False)
 
     def _relay_piece(self, piece: PacketPiece) -> list[Command]:
         relay = self._relay
         if relay is None:
             return []
         out: list[Command] = []
+        if relay.push:
+            out += self.on_push_piece(piece.data, False, piece.last)
+            if piece.last:
+                self._relay = None
+            return out
         for number in relay.debuggers:
             debugger = self._debuggers.get(number)
             if debugger is not None:

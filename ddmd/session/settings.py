@@ -26,3 +26,4 @@ class SessionSettings:
     thread_lease: float = 5.0  # how long one RefreshThreads keeps the polls going
     quiet_confirm: float = 1.0  # how long a GC without heap info waits for a reply
     poll_phase: float = 0.0  # 0..1: this VM's place in the poll interval (spreads many VMs)
+    capture: float = 60.0  # how long a trace or heap dump may take to start arriving

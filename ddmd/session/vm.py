@@ -67,6 +67,7 @@ from ddmd.session.inputs import (
     VmConnected,
 )
 from ddmd.session.model import UNNAMED, DebuggerSnapshot, Note, VmModel, VmSnapshot
+from ddmd.session.profiling import ProfilingMixin, _Capture, _LargePush
 from ddmd.session.router import Router
 from ddmd.session.settings import SessionSettings
 from ddmd.session.words import missing_sentence, silence_reason, words
@@ -101,7 +102,7 @@ class _Self:
 SELF = _Self()
 
 
-class VmSession(CallsMixin):
+class VmSession(CallsMixin, ProfilingMixin):
     """One VM's state machine, DDM conversation, model and routing table."""
 
     def __init__(
@@ -130,6 +131,7 @@ class VmSession(CallsMixin):
         self.router = Router(
             on_reply=self._on_reply,
             on_push=self._on_push,
+            on_push_piece=self._on_push_piece,
             max_packet=s.max_packet,
             stream_threshold=s.stream_threshold,
         )
@@ -137,6 +139,11 @@ class VmSession(CallsMixin):
         self.connected_at: float | None = None
         # ddmd's own model of the VM (identity, thread table, heap info and segments) takes
         # the VM's pushes through the same dispatch as the plugins, first.
+        self._captures: list[_Capture] = []
+        self._large: _LargePush | None = None
+        self.trace_state = "unknown"  # "off", "method", "sampling" once known
+        self.trace_mode: str | None = None  # "streaming" or "file" while tracing
+        self.trace_path: str | None = None
         self.handlers = HandlerHost(vm_id, handlers, self, builtin=(_ModelHandler(self),))
         self._handler_view = handler_view or dataclasses.asdict
         self._out: list[Command] = []
@@ -265,6 +272,9 @@ class VmSession(CallsMixin):
         """The connection ends (closed or reopened): every pending request fails at once."""
         self.handlers.disconnected()
         self.router.disconnected()
+        self._captures.clear()
+        self._large = None
+        self.trace_state, self.trace_mode = "unknown", None
         self._own.clear()
         self._thst = None
         for pending in list(self._calls.values()):
@@ -350,7 +360,7 @@ class VmSession(CallsMixin):
                     if isinstance(chunk, ddm.FeatReply):
                         self.model.features = chunk.features
                         self._out.append(Changed())
-            elif own.purpose != "stkl":
+            elif own.purpose != "stkl" and not own.purpose.startswith("prof-"):
                 # Thread states, and the draft's heap info carried in the reply itself.
                 for chunk in judgement.chunks:
                     self._apply(chunk)
@@ -472,8 +482,14 @@ class VmSession(CallsMixin):
         self.handlers.dispatch(chunks, packet.id)  # ddmd's model first (_ModelHandler)
         return []
 
+    def _on_push_piece(self, data: bytes, first: bool, last: bool) -> list[Command]:
+        self._touched = True
+        return self.push_piece(data, first, last)
+
     def _pushed(self, chunk_type: int, data: bytes, msg_id: int) -> None:
         """One pushed chunk, for ddmd's own model (``_ModelHandler``)."""
+        if self.capture_chunk(chunk_type, data):
+            return  # a trace or heap dump a call waits for
         try:
             chunk = ddm.decode_chunk(chunk_type, data, ddm.Direction.FROM_VM)
         except ProtocolError as exc:

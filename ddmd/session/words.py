@@ -22,12 +22,33 @@ WORDS: Final = {
     "NHSG": "native heap segments",
     "HPGC": "a garbage collection",
     "DBGD": "a debugger release without a reconnect",
+    "MPSS": "method tracing",
+    "MPRS": "method tracing",
+    "MPSE": "method traces",
+    "MPRE": "method traces",
+    "SPSS": "sampling profiling",
+    "SPSE": "sampling profiling",
+    "MPRQ": "whether it is tracing",
+    "REAE": "the allocation tracker",
+    "REAQ": "the allocation tracker",
+    "REAL": "the allocation tracker",
+    "HPDS": "heap dumps (HPROF)",
+    "HPDU": "heap dumps (HPROF)",
+    "EXIT": "a way to stop the app",
 }
 
 #: The sentence's verb phrase: "<VM> <lacks>".
 _LACKS: Final = {
     "HPGC": "does not run garbage collections on request",
     "DBGD": "does not release a debugger without a reconnect",
+    "MPSS": "does not offer method tracing",
+    "SPSS": "does not offer sampling profiling",
+    "REAE": "does not offer the allocation tracker",
+    "REAQ": "does not offer the allocation tracker",
+    "REAL": "does not offer the allocation tracker",
+    "HPDS": "does not offer heap dumps (HPROF)",
+    "HPDU": "does not offer heap dumps (HPROF)",
+    "EXIT": "cannot be stopped through DDM",
 }
 
 #: Why a VM is silent where an older one answers (protocol.md 3.8): said after "no answer".
@@ -38,6 +59,10 @@ SILENCE_HINTS: Final = {
     "HPIF": "Android 12 removed the heap handlers",
     "HPSG": "Android 12 removed them",
     "NHSG": "Android 12 removed them",
+    "REAQ": "Android 12 removed the allocation tracker",
+    "REAL": "Android 12 removed the allocation tracker",
+    "HPDS": "newer Android versions removed the heap dump handler",
+    "HPDU": "newer Android versions removed the heap dump handler",
 }
 
 

@@ -98,6 +98,9 @@ class FakeDevice:
     refused: str | None = None
     jdwp_failures: dict[int, str] = field(default_factory=dict)
     injected: list[bytes] = field(default_factory=list)
+    # Its files (``sync:`` RECV/STAT, ``shell:rm -f``): give it a SimVm's ``device_files`` to
+    # serve the traces and heap dumps the sim "wrote on the device".
+    files: dict[str, bytes] = field(default_factory=dict)
 
     def add_pid(self, pid: int, address: tuple[str, int]) -> None:
         self.pids[pid] = address
@@ -287,8 +290,44 @@ class FakeAdb:
             await self._on_stream(device.serial, None, self._track_jdwp(reader, device, framed))
         elif inner.startswith("jdwp:"):
             await self._jdwp(reader, device, inner[len("jdwp:") :])
+        elif inner == "sync:":
+            await self._sync(reader, device)
+        elif inner.startswith("shell:"):
+            await self._shell(reader, device, inner[len("shell:") :])
         else:
             await reader.stream.send_all(fail(f"unknown device service '{inner}'"))
+
+    async def _sync(self, reader: _Reader, device: FakeDevice) -> None:
+        """The file-sync service: STAT and RECV (what a pull uses), QUIT."""
+        send = reader.stream.send_all
+        await send(okay())
+        while True:
+            head = await reader.exactly(8)
+            command, length = head[:4], struct.unpack("<I", head[4:])[0]
+            path = (await reader.exactly(length)).decode()
+            data = device.files.get(path)
+            if command == b"STAT":
+                size = 0 if data is None else len(data)
+                mode = 0 if data is None else 0o100644
+                await send(b"STAT" + struct.pack("<III", mode, size, 0 if data is None else 1))
+            elif command == b"RECV":
+                if data is None:
+                    message = b"No such file or directory"
+                    await send(b"FAIL" + struct.pack("<I", len(message)) + message)
+                    continue
+                for at in range(0, len(data), 64 * 1024):
+                    piece = data[at : at + 64 * 1024]
+                    await send(b"DATA" + struct.pack("<I", len(piece)) + piece)
+                await send(b"DONE" + struct.pack("<I", 0))
+            else:  # QUIT, or anything else: the end of the service
+                return
+
+    async def _shell(self, reader: _Reader, device: FakeDevice, command: str) -> None:
+        """``rm -f PATH`` (what ddmd runs after a pull); anything else prints nothing."""
+        words = command.split()
+        if words[:2] == ["rm", "-f"] and len(words) == 3:
+            device.files.pop(words[2].strip("'\""), None)
+        await reader.stream.send_all(okay())
 
     async def _on_stream(self, serial: str, pid: int | None, work: Awaitable[None]) -> None:
         """Run ``work`` (a coroutine) so that ``close_streams`` can cancel it."""

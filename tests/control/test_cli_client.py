@@ -97,6 +97,10 @@ def test_commands_list():
         "ports",
         "events",
         "extensions",
+        "trace",
+        "allocs",
+        "hprof",
+        "kill",
     ]
     for command in COMMANDS:
         names = {p.name for p in command.params}

@@ -467,6 +467,7 @@
     $("heaps").tBodies[0].replaceChildren();
     setText($("heap-status"), "");
     renderExt({});
+    resetProfiling(); // updateShownVm then asks what the VM offers
     updateShownVm();
     renderVms();
     startThreads();
@@ -481,6 +482,7 @@
     if (state.heapUrl) URL.revokeObjectURL(state.heapUrl);
     state.heapUrl = null;
     $("heap-img").removeAttribute("src");
+    resetProfiling();
     delete $("heap-img").dataset.etag;
     const params = hashParams();
     if (params.has("vm")) {
@@ -537,10 +539,17 @@
       state.shownGone = true;
       stopThreads();
       show($("threads-live"), false);
+      profilingGone("This VM is gone.");
     } else if (vm && state.shownGone) {
       state.shownGone = false; // back (same id): watch it again
       startThreads();
       loadHeap(id);
+      prof.ddm = undefined;
+    }
+    if (vm && vm.ddm !== prof.ddm) {
+      // Opened, back, or just identified: what it offers may have changed.
+      prof.ddm = vm.ddm;
+      loadProfiling(id);
     }
     const heapReason = heapMissingReason(vm);
     const gc = $("gc");
@@ -1049,6 +1058,429 @@
     }
   }
 
+  // ------------------------------------------------------------------------------ profiling
+  //
+  // DDMS's profiling buttons: method trace, heap dump, allocation tracker, kill. What the VM
+  // offers comes from GET .../profiling; a feature it lacks has its buttons disabled and the
+  // daemon's sentence beside them. Trace and heap files are fetched with api() (so the token
+  // header goes with them) when their link is first clicked, then saved from a blob URL.
+  //
+  // Per tool: `TOOL-state` says what it is doing (tracing, tracking on, dumping…), `TOOL-error`
+  // why the last button failed, `TOOL-reason` why the VM cannot do it at all; the results
+  // (tables, download link, their captions) stay until the next result or another VM.
+
+  const PROF_TOOLS = ["trace", "hprof", "allocs", "kill"];
+  const PROF_BUTTONS = {
+    trace: ["trace-start", "trace-stop"],
+    hprof: ["hprof-dump"],
+    allocs: ["allocs-start", "allocs-stop", "allocs-refresh"],
+    kill: ["kill"],
+  };
+  const ALLOC_ROWS = 50;
+  const PRIMITIVES = {
+    Z: "boolean", B: "byte", C: "char", S: "short", I: "int", J: "long", F: "float", D: "double",
+    V: "void",
+  };
+
+  const prof = {
+    gen: 0, // bumped when the panel is opened, closed or its VM goes away
+    body: null, // the last GET .../profiling answer
+    tracking: null, // allocation tracking on/off as the tracker itself last said (or null)
+    busy: new Set(), // tools with a request under way
+    ddm: undefined, // the shown VM's `ddm` when its profiling was last asked for
+    urls: [], // blob URLs to revoke when the panel changes
+  };
+
+  // "Lcom/example/Foo;" -> "com.example.Foo", "[B" -> "byte[]"; other names stay as they are.
+  function javaName(name) {
+    const text = String(name ?? "?");
+    const dotted = (s) => s.slice(1, -1).split("/").join(".");
+    if (text.length > 2 && text.startsWith("L") && text.endsWith(";") && !text.includes(".")) {
+      return dotted(text);
+    }
+    if (text.startsWith("[")) {
+      const element = text.replace(/^\[+/, "");
+      const dims = text.length - element.length;
+      let base;
+      if (element.length === 1 && Object.prototype.hasOwnProperty.call(PRIMITIVES, element)) {
+        base = PRIMITIVES[element];
+      } else if (element.length > 2 && element.startsWith("L") && element.endsWith(";")) {
+        base = dotted(element);
+      } else {
+        return text;
+      }
+      return base + "[]".repeat(dims);
+    }
+    return text;
+  }
+
+  function frameText(frame) {
+    let where;
+    if (frame.line === -2) where = "Native Method";
+    else if (frame.file && frame.line >= 0) where = `${frame.file}:${frame.line}`;
+    else where = frame.file || "Unknown Source";
+    return `${javaName(frame.class)}.${frame.method}(${where})`;
+  }
+
+  // The daemon's words as a sentence: a full stop last, and a capital first when the first
+  // word is a plain word ("this VM ..."), never when it is a name ("com.example.maps ...").
+  function sentence(text) {
+    const s = String(text).trim();
+    if (!s) return s;
+    const first = s.split(/\s/, 1)[0];
+    const head = /^[a-z]+$/.test(first) ? s.charAt(0).toUpperCase() + s.slice(1) : s;
+    return head + (/[.!?]$/.test(s) ? "" : ".");
+  }
+
+  function profState(tool, text) {
+    setText($(`${tool}-state`), text);
+  }
+
+  function allocsTracking() {
+    const said = prof.body ? prof.body.allocs : undefined;
+    return typeof said === "boolean" ? said : prof.tracking;
+  }
+
+  function showTracking() {
+    if (prof.busy.has("allocs")) return;
+    const feature = prof.body && prof.body.features ? prof.body.features.allocs : null;
+    const on = allocsTracking();
+    profState("allocs", !feature || !feature.available || on === null || on === undefined
+      ? "" : on ? "tracking on" : "tracking off");
+  }
+
+  function setProfButtons() {
+    const body = prof.body;
+    const features = (body && body.features) || {};
+    const usable = (tool) => Boolean(features[tool] && features[tool].available) && !prof.busy.has(tool);
+    const tracing = body ? body.trace : "off";
+    $("trace-start").disabled = !usable("trace") || (tracing !== "off" && tracing !== "unknown");
+    $("trace-stop").disabled = !usable("trace") || tracing === "off";
+    $("hprof-dump").disabled = !usable("hprof");
+    const tracking = allocsTracking();
+    $("allocs-start").disabled = !usable("allocs") || tracking === true;
+    $("allocs-stop").disabled = !usable("allocs") || tracking === false;
+    $("allocs-refresh").disabled = !usable("allocs");
+    $("kill").disabled = !usable("kill");
+  }
+
+  function renderProfiling(body) {
+    prof.body = body;
+    const features = body.features || {};
+    for (const tool of PROF_TOOLS) {
+      const feature = features[tool] || { available: false, reason: "the daemon did not say" };
+      const reason = feature.available ? "" : sentence(feature.reason || "this VM does not offer it");
+      note($(`${tool}-reason`), reason);
+      $(`prof-${tool}`).classList.toggle("unavailable", !feature.available);
+      for (const id of PROF_BUTTONS[tool]) $(id).title = reason;
+    }
+    if (!prof.busy.has("trace")) {
+      const tracing = body.trace;
+      profState("trace", tracing === "method" || tracing === "sampling" ? `tracing (${tracing})…` : "");
+    }
+    showTracking();
+    setProfButtons();
+  }
+
+  function resetProfiling() {
+    prof.gen += 1;
+    prof.body = null;
+    prof.tracking = null;
+    prof.ddm = undefined;
+    prof.busy.clear();
+    for (const url of prof.urls) URL.revokeObjectURL(url);
+    prof.urls = [];
+    for (const tool of PROF_TOOLS) {
+      note($(`${tool}-reason`), "");
+      note($(`${tool}-error`), "");
+      profState(tool, "");
+      $(`prof-${tool}`).classList.remove("unavailable");
+    }
+    for (const id of ["trace-result", "hprof-result", "allocs-result"]) show($(id), false);
+    for (const id of ["trace-methods", "hprof-classes", "allocs-list", "allocs-classes"]) {
+      $(id).tBodies[0].replaceChildren();
+    }
+    note($("prof-note"), "");
+    setProfButtons();
+  }
+
+  function profilingGone(text) {
+    prof.gen += 1;
+    prof.body = null;
+    prof.busy.clear();
+    note($("prof-note"), text);
+    setProfButtons();
+  }
+
+  async function loadProfiling(id) {
+    const gen = prof.gen;
+    try {
+      const body = await apiJson(vmPath(id) + "/profiling");
+      if (gen !== prof.gen || state.shown !== id) return;
+      note($("prof-note"), "");
+      renderProfiling(body);
+    } catch (err) {
+      if (gen !== prof.gen || state.shown !== id) return;
+      prof.body = null;
+      setProfButtons();
+      // An older daemon has no such route: its VM route answers for "ID/profiling".
+      const target = String((err.body && err.body.target) || "");
+      let text = `Profiling unavailable: ${err.message}`;
+      if (err.status === 405 || (err.status === 404 && target.endsWith("/profiling"))) {
+        text = "This daemon does not offer method tracing, heap dumps or the allocation tracker.";
+      } else if (err.status === 404 || err.status === 410 || err.status === 503) {
+        text = "This VM is gone.";
+      }
+      note($("prof-note"), text);
+    }
+  }
+
+  // Runs one button's request: the tool's buttons are disabled meanwhile, a failure is shown
+  // beside them, and the VM's state is asked again afterwards (unless `reload` is false).
+  // `work` sets the tool's state line on success; a failure clears it.
+  async function profAction(tool, busyText, work, reload = true) {
+    const id = state.shown;
+    if (!id || prof.busy.has(tool)) return;
+    const gen = prof.gen;
+    const current = () => gen === prof.gen && state.shown === id;
+    prof.busy.add(tool);
+    setProfButtons();
+    note($(`${tool}-error`), "");
+    profState(tool, busyText);
+    try {
+      await work(id, current);
+    } catch (err) {
+      if (current()) {
+        profState(tool, "");
+        note($(`${tool}-error`), `${sentence(err.message)}`);
+      }
+    } finally {
+      if (gen === prof.gen) {
+        prof.busy.delete(tool);
+        setProfButtons();
+        if (reload && state.shown === id) await loadProfiling(id);
+      }
+    }
+  }
+
+  function capturePath(body) {
+    const download = typeof body.download === "string" ? body.download : "";
+    if (download.startsWith(API + "/captures/")) return download.slice(API.length);
+    return "/captures/" + encodeURIComponent(String(body.file));
+  }
+
+  // A link that fetches the file on its first click and then saves it from a blob URL.
+  function offerCapture(link, caption, body) {
+    const name = String(body.file);
+    link.textContent = `Download ${name}`;
+    link.download = name;
+    link.href = "#";
+    link.dataset.ready = "";
+    link.dataset.path = capturePath(body);
+    delete link.dataset.bytes;
+    setText(caption, formatBytes(body.bytes));
+  }
+
+  async function onCaptureClick(event) {
+    const link = event.currentTarget;
+    if (link.dataset.ready === "1") return; // the blob is there: let the browser save it
+    event.preventDefault();
+    if (link.dataset.loading === "1" || !link.dataset.path) return;
+    const gen = prof.gen;
+    const caption = link.nextElementSibling;
+    link.dataset.loading = "1";
+    setText(caption, "fetching…");
+    try {
+      const response = await api(link.dataset.path, { accept: "application/octet-stream" });
+      if (!response.ok) {
+        let message = response.statusText;
+        try {
+          message = (await response.json()).error || message;
+        } catch (_) { /* not JSON */ }
+        throw new ApiError(response.status, message, null);
+      }
+      const blob = await response.blob();
+      if (gen !== prof.gen) return;
+      const url = URL.createObjectURL(blob);
+      prof.urls.push(url);
+      link.href = url;
+      link.dataset.ready = "1";
+      link.dataset.bytes = String(blob.size);
+      setText(caption, formatBytes(blob.size));
+      link.click();
+    } catch (err) {
+      if (gen === prof.gen) setText(caption, `Download failed: ${err.message}`);
+    } finally {
+      delete link.dataset.loading;
+    }
+  }
+
+  function cellRow(cells) {
+    const tr = el("tr");
+    for (const [cls, text, title] of cells) tr.appendChild(el("td", { cls, text, title }));
+    return tr;
+  }
+
+  function startTrace() {
+    return profAction("trace", "starting…", async (id, current) => {
+      const body = await apiJson(vmPath(id) + "/trace/start", { method: "POST" });
+      if (!current()) return;
+      const where = body.mode === "file" ? ", into a file on the device" : "";
+      profState("trace", `tracing (${body.trace || "method"}${where})…`);
+    });
+  }
+
+  function stopTrace() {
+    return profAction("trace", "stopping…", async (id, current) => {
+      const body = await apiJson(vmPath(id) + "/trace/stop", { method: "POST" });
+      if (!current()) return;
+      profState("trace", "");
+      offerCapture($("trace-link"), $("trace-caption"), body);
+      const report = body.report || {};
+      const clock = report.sort_clock;
+      const everything = report.all_threads || {};
+      const methods = everything.by_inclusive || [];
+      const rows = document.createDocumentFragment();
+      for (const m of methods) {
+        // Class and method name; the signature and source file on hover.
+        const short = m.class && m.name ? `${m.class}.${m.name}` : m.method;
+        rows.appendChild(cellRow([
+          ["mono", short, `${m.method}${m.source ? ` (${m.source})` : ""}`],
+          ["num", formatCount(m.calls)],
+          ["num", formatCount(m.inclusive_usec ? m.inclusive_usec[clock] : null)],
+          ["num", formatCount(m.exclusive_usec ? m.exclusive_usec[clock] : null)],
+        ]));
+      }
+      $("trace-methods").tBodies[0].replaceChildren(rows);
+      const threads = (report.threads || []).length;
+      setText($("trace-summary"), report.error ? sentence(report.error) :
+        `${formatCount(report.records)} records, ${threads} thread${threads === 1 ? "" : "s"}; ` +
+        `top ${methods.length} of ${formatCount(everything.methods)} methods by inclusive time` +
+        (clock ? ` (${clock} clock, all threads)` : ""));
+      show($("trace-result"), true);
+    });
+  }
+
+  function dumpHeap() {
+    return profAction("hprof", "dumping the heap…", async (id, current) => {
+      const body = await apiJson(vmPath(id) + "/hprof", { method: "POST" });
+      if (!current()) return;
+      profState("hprof", "");
+      offerCapture($("hprof-link"), $("hprof-caption"), body);
+      const hist = body.histogram || {};
+      const heaps = hist.heap_info ? hist.heaps || [] : [];
+      const head = el("tr");
+      head.appendChild(el("th", { text: "Class" }));
+      for (const label of ["Instances", "Shallow bytes", ...heaps]) {
+        head.appendChild(el("th", { cls: "num", text: label }));
+      }
+      $("hprof-classes").tHead.replaceChildren(head);
+      const rows = document.createDocumentFragment();
+      for (const c of hist.classes || []) {
+        const shares = c.heaps || {};
+        rows.appendChild(cellRow([
+          ["mono", c.class],
+          ["num", formatCount(c.instances)],
+          ["num", formatCount(c.shallow_bytes)],
+          ...heaps.map((h) => ["num", shares[h] ? formatCount(shares[h].instances) : ""]),
+        ]));
+      }
+      $("hprof-classes").tBodies[0].replaceChildren(rows);
+      setText($("hprof-summary"), hist.error ? sentence(hist.error) :
+        `${formatCount(hist.instances)} objects of ${formatCount(hist.class_count)} classes` +
+        (hist.shown < hist.class_count ? `; the ${hist.shown} with the most shallow bytes` : ""));
+      show($("hprof-result"), true);
+    });
+  }
+
+  function renderAllocs(body) {
+    if (typeof body.enabled === "boolean") prof.tracking = body.enabled;
+    const list = document.createDocumentFragment();
+    const allocations = body.allocations || [];
+    for (const a of allocations.slice(0, ALLOC_ROWS)) {
+      const frames = a.frames || [];
+      const top = frames.length ? frameText(frames[0]) : "(no Java frames)";
+      list.appendChild(cellRow([
+        ["num", formatCount(a.size)],
+        ["mono", javaName(a.class)],
+        ["num", a.thread],
+        ["mono small", top, frames.map(frameText).join("\n")],
+      ]));
+    }
+    $("allocs-list").tBodies[0].replaceChildren(list);
+    const classes = document.createDocumentFragment();
+    for (const c of body.by_class || []) {
+      classes.appendChild(cellRow([
+        ["mono", javaName(c.class)],
+        ["num", formatCount(c.count)],
+        ["num", formatCount(c.bytes)],
+      ]));
+    }
+    $("allocs-classes").tBodies[0].replaceChildren(classes);
+    const any = allocations.length > 0;
+    for (const id of ["allocs-list", "allocs-classes-head", "allocs-classes"]) show($(id), any);
+    const shown = Math.min(allocations.length, ALLOC_ROWS);
+    setText($("allocs-summary"), allocations.length
+      ? `${formatCount(allocations.length)} allocations recorded, newest first` +
+        (shown < allocations.length ? ` (the newest ${shown} shown)` : "") +
+        ` · read ${clock(new Date())}`
+      : body.enabled === false ? "Tracking is off: nothing recorded." : "Nothing recorded yet.");
+    const summary = $("allocs-summary");
+    summary.dataset.reads = String(Number(summary.dataset.reads || 0) + 1);
+    show($("allocs-result"), true);
+  }
+
+  async function fetchAllocs(id, current) {
+    const body = await apiJson(vmPath(id) + "/allocs?top=20");
+    if (!current()) return;
+    renderAllocs(body);
+    profState("allocs", "");
+  }
+
+  function allocsSwitch(on) {
+    return profAction("allocs", on ? "starting…" : "stopping…", async (id, current) => {
+      const body = await apiJson(vmPath(id) + (on ? "/allocs/start" : "/allocs/stop"), { method: "POST" });
+      if (!current()) return;
+      prof.tracking = typeof body.enabled === "boolean" ? body.enabled : on;
+      await fetchAllocs(id, current);
+    });
+  }
+
+  function refreshAllocs() {
+    return profAction("allocs", "reading…", fetchAllocs);
+  }
+
+  function killVm() {
+    const vm = shownVm();
+    if (!vm) return undefined;
+    const pid = vm.pid !== null && vm.pid !== undefined ? ` (pid ${vm.pid})` : "";
+    const where = vm.device ? ` on ${vm.device}` : "";
+    if (!confirm(`Kill ${vmName(vm)}${pid}${where}?\n\nThe process ends at once: unsaved work ` +
+      "is lost and its debuggers are disconnected.")) {
+      return undefined;
+    }
+    return profAction("kill", "killing…", async (id, current) => {
+      const body = await apiJson(vmPath(id) + "/kill", { method: "POST" });
+      if (current()) {
+        const status = body.status !== undefined && body.status !== null ? ` (exit status ${body.status})` : "";
+        profState("kill", `killed${status}`);
+      }
+      queueRefresh();
+    }, false); // the VM is gone: nothing to ask it
+  }
+
+  function initProfiling() {
+    $("trace-start").addEventListener("click", startTrace);
+    $("trace-stop").addEventListener("click", stopTrace);
+    $("hprof-dump").addEventListener("click", dumpHeap);
+    $("allocs-start").addEventListener("click", () => allocsSwitch(true));
+    $("allocs-stop").addEventListener("click", () => allocsSwitch(false));
+    $("allocs-refresh").addEventListener("click", refreshAllocs);
+    $("kill").addEventListener("click", killVm);
+    $("trace-link").addEventListener("click", onCaptureClick);
+    $("hprof-link").addEventListener("click", onCaptureClick);
+  }
+
   // ------------------------------------------------------------------------------ start
 
   async function loadVersion() {
@@ -1068,6 +1500,7 @@
     });
     $("stack-close").addEventListener("click", closeStack);
     $("gc").addEventListener("click", causeGc);
+    initProfiling();
     $("token-form").addEventListener("submit", (e) => {
       e.preventDefault();
       state.token = $("token-input").value.trim();

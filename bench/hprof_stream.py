@@ -1,0 +1,176 @@
+"""A 1 GiB heap dump (HPDS) through ddmd, written to disk as it arrives: ddmd's memory.
+
+Runs ``ddmd run`` (a temporary config: the scan range holds one port, adb off) and a simulated
+VM (``ddmd sim --hprof-bytes SIZE``) whose HPDS answer is a generated dump of exactly SIZE bytes
+pushed as one DDM chunk, streamed and never held whole. Asks ``POST /api/v1/vms/ID/hprof``,
+samples ddmd's resident memory (VmRSS and VmHWM from /proc) every 50 ms while the dump flows,
+and checks the file on disk: its size, and ddmd's own streaming HPROF reader's class counts.
+
+    .venv/bin/python bench/hprof_stream.py [--size 1G]
+
+Target: ddmd's peak RSS under 100 MB for a 1 GiB dump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.children import Child
+from ddmd.protocol.hprof import summarise_file
+
+TARGET_MB = 100.0
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text[-1:] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def free_ports(n: int) -> list[int]:
+    for base in range(21000, 30000, 7):
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return list(range(base, base + n))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise SystemExit("no free ports")
+
+
+def status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1G", help="dump size (default 1G)")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    vm_port, control, current, dbg_lo, dbg_hi = free_ports(5)
+    work = Path(tempfile.mkdtemp(prefix="ddmd-hprof-bench-"))
+    config = work / "ddmd.toml"
+    config.write_text(
+        f'[scan]\nports = "{vm_port}"\ninterval = 0.5\n[adb]\nenabled = "off"\n'
+        f'[debugger]\nports = "{dbg_lo}-{dbg_hi}"\ncurrent_port = {current}\n'
+        f'state_file = "{work / "ports.json"}"\n[control]\nport = {control}\n'
+        # A 1 GiB dump is one JDWP packet of 1 GiB + 19 bytes: raise the packet cap for it.
+        f"[limits]\nmax_packet_bytes = {max(size + 1024, 1 << 30)}\n"
+    )
+    python = sys.executable
+    sim = Child(
+        "sim",
+        [
+            python,
+            "-m",
+            "ddmd",
+            "sim",
+            "--port",
+            str(vm_port),
+            "--hprof-bytes",
+            str(size),
+            "--churn-interval",
+            "0",
+            "--gc-interval",
+            "0",
+        ],
+    )
+    ddmd = Child(
+        "ddmd", [python, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
+    )
+    base = f"http://127.0.0.1:{control}"
+    vm_id = f"tcp:{vm_port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                vms = httpx.get(base + "/api/v1/vms", trust_env=False, timeout=2).json()
+                if any(v["id"] == vm_id and v["state"] == "ready" for v in vms):
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    "the simulated VM was not ready within 30 s:\n" + "\n".join(ddmd.stderr[-10:])
+                )
+            time.sleep(0.2)
+        before = status_kb(ddmd.pid, "VmRSS")
+        samples: list[int] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                samples.append(status_kb(ddmd.pid, "VmRSS"))
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        start = time.monotonic()
+        response = httpx.post(f"{base}/api/v1/vms/{vm_id}/hprof", trust_env=False, timeout=900)
+        elapsed = time.monotonic() - start
+        done.set()
+        sampler.join()
+        if response.status_code != 200:
+            raise SystemExit(f"hprof failed: {response.status_code} {response.text}")
+        body = response.json()
+        path = work / "captures" / body["file"]
+        on_disk = path.stat().st_size
+        hwm = status_kb(ddmd.pid, "VmHWM")
+        summary = summarise_file(path)
+        rows = {r.name: r.instances for r in summary.classes}
+        peak = max(samples) if samples else 0
+        print(
+            f"hprof_stream: a {size:,}-byte heap dump (HPDS) through ddmd, {elapsed:.1f} s "
+            f"({size / elapsed / 1e6:.0f} MB/s)"
+        )
+        print(
+            f"  file on disk: {on_disk:,} bytes "
+            f"({'complete' if on_disk == size else 'WRONG SIZE'}); "
+            f"ddmd's HPROF reader: {sum(rows.values()):,} objects, "
+            f"{len(rows)} classes"
+        )
+        print(
+            f"  ddmd RSS: {before / 1024:.1f} MB before, peak {peak / 1024:.1f} MB while the dump "
+            f"flowed ({len(samples)} samples, every 50 ms); VmHWM {hwm / 1024:.1f} MB"
+        )
+        ok = on_disk == size and hwm / 1024 < TARGET_MB
+        verdict = "PASS" if ok else "MISS"
+        print(
+            f"{verdict}  peak RSS (VmHWM) {hwm / 1024:.1f} MB < {TARGET_MB:.0f} MB for a "
+            f"{size / (1 << 30):.2f} GiB dump"
+        )
+        return 0 if ok else 1
+    finally:
+        for child in (ddmd, sim):
+            child.proc.terminate()
+        for child in (ddmd, sim):
+            try:
+                child.proc.wait(timeout=10)
+            except Exception:
+                child.proc.kill()
+        for file in (work / "captures").glob("*"):
+            file.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Method tracing, the allocation tracker, HPROF dumps and kill as conversations of one VM
+session (``session/profiling.py``), as Playbooks: ART 9+ answers most of these requests with
+silence, so each ends on evidence that always comes (MPRQ, REAQ, the pushed file)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddmd.protocol import ddm
+from ddmd.protocol.jdwp import CommandPacket, CommandSet, encode
+from ddmd.session.commands import Capture, Log, Reject, Resolve
+from ddmd.session.inputs import (
+    AllocTracker,
+    Call,
+    DumpHprof,
+    Kill,
+    StartTrace,
+    StopTrace,
+    Tick,
+    VmBytes,
+)
+from tests.session.playbook import Placeholder
+from tests.session.test_vm_session import (
+    HEAP_INFO,
+    HELO,
+    Vm,
+    answer,
+    asks,
+    plain_jvm,
+    push,
+)
+
+#: What a current ART VM lists in FEAT (the sim's art flavour lists the same).
+FEAT_ART = ddm.FeatReply(
+    (
+        "hprof-heap-dump-streaming",
+        "hprof-heap-dump",
+        "method-sample-profiling",
+        "method-trace-profiling-streaming",
+        "method-trace-profiling",
+    )
+)
+
+
+def ready(feat: ddm.FeatReply = FEAT_ART, **settings: Any) -> Vm:
+    """A VM at t=0 that answered ddmd's five set-up requests (ids 1-5) with ``feat``."""
+    from ddmd.session.inputs import VmConnected
+
+    vm = Vm(**settings)
+    for item in (
+        VmConnected(0.0),
+        answer(1, HELO),
+        answer(2, feat),
+        answer(3),
+        answer(4),
+        push(HEAP_INFO),
+        answer(5),
+    ):
+        vm.session.handle(item, 0.0)
+    assert vm.session.state == "ready"
+    return vm
+
+
+TRACE = b"*version\n3\n*end\nSLOW" + bytes(28)  # what the VM sends is passed on as it is
+DUMP = b"JAVA PROFILE 1.0.3\x00" + bytes(100)
+ALLOCS = ddm.Allocations(
+    (
+        ddm.AllocationEntry(
+            48, 7, 0, (ddm.AllocationFrame(1, 0, 0, 12), ddm.AllocationFrame(1, 1, 0, -2))
+        ),
+    ),
+    ("Ljava/lang/String;", "Lcom/example/Main;"),
+    ("make", "run"),
+    ("Main.java",),
+)
+
+
+def tracing(vm: Vm, call: int = 1) -> Vm:
+    """``vm`` with a streaming method trace started (ART 9+: silence to MPSS)."""
+    assert (
+        vm.book()
+        >> Call(call, StartTrace())
+        << asks(6, ddm.MethodTraceStreamStart(8 << 20, 0))
+        << asks(7, ddm.ProfilingQuery())
+        >> answer(7, ddm.ProfilingStatus(1))
+        << Resolve(call, {"trace": "method", "mode": "streaming"})
+    )
+    return vm
+
+
+def test_a_trace_starts_on_silence_and_the_state_query_confirms_it() -> None:
+    tracing(ready())
+
+
+def test_a_refused_start_is_a_failure_in_the_vm_s_words() -> None:
+    vm = ready()
+    message = Placeholder("message")
+    assert (
+        vm.book()
+        >> Call(1, StartTrace(sampling_us=1000))
+        << asks(6, ddm.SamplingStart(8 << 20, 0, 1000))
+        << asks(7, ddm.ProfilingQuery())
+        >> answer(6, ddm.Fail(1, "sampling is not available"))
+        << Reject(1, "failed", message)
+        >> answer(7, ddm.ProfilingStatus(0))
+    )
+    assert "sampling is not available" in message.value
+
+
+def test_the_trace_is_passed_on_as_the_vm_pushed_it() -> None:
+    vm = tracing(ready())
+    assert (
+        vm.book()
+        >> Call(2, StopTrace())
+        << asks(8, ddm.MethodTraceStreamEnd())
+        >> push(ddm.MethodTraceData(TRACE))  # ART 9+: the push, then no reply at all
+        << Capture(2, TRACE, last=True)
+        << Resolve(2, {"bytes": len(TRACE)})
+    )
+    assert vm.session.trace_state == "off"
+
+
+def test_a_large_trace_streams_through_in_pieces_and_other_large_pushes_are_dropped() -> None:
+    vm = tracing(ready(stream_threshold=64))
+    body = bytes(range(256)) * 4  # 1 KiB of trace, well over the 64-byte threshold
+    pushed = encode(ddm.ddm_command(0x80000010, ddm.MethodTraceData(body)))
+    unasked = encode(ddm.ddm_command(0x80000011, ddm.HeapDumpStream(bytes(500))))
+    out: list[Any] = vm.session.handle(Call(2, StopTrace()), 0.0)
+    for piece in (unasked[:30], unasked[30:], pushed[:7], pushed[7:100], pushed[100:]):
+        out += vm.session.handle(VmBytes(piece), 0.0)
+    captured = [c for c in out if isinstance(c, Capture)]
+    assert b"".join(c.data for c in captured) == body
+    assert [c.last for c in captured][-1] is True
+    assert not any(c.last for c in captured[:-1])
+    assert Resolve(2, {"bytes": len(body)}) in out
+    (dropped,) = [c for c in out if isinstance(c, Log) and c.event == "ddm.push_discarded"]
+    assert dropped.fields == {"type": "HPDS", "length": 500}
+
+
+def test_no_trace_within_the_capture_time_is_a_timeout() -> None:
+    vm = tracing(ready(capture=10.0))
+    message = Placeholder("message")
+    assert (
+        vm.book()
+        >> Call(2, StopTrace())
+        << asks(8, ddm.MethodTraceStreamEnd())
+        >> Tick(11.0)
+        << Reject(2, "timed_out", message)
+    )
+    assert "sent no trace within 10 s" in message.value
+
+
+def test_a_heap_dump_streams_and_silence_marks_heap_dumps_missing() -> None:
+    vm = ready(capture=10.0)
+    assert (
+        vm.book()
+        >> Call(1, DumpHprof())
+        << asks(6, ddm.HeapDumpStreamRequest())
+        >> push(ddm.HeapDumpStream(DUMP))
+        << Capture(1, DUMP, last=True)
+        << Resolve(1, {"bytes": len(DUMP)})
+    )
+    message = Placeholder("message")
+    assert (
+        vm.book()
+        >> Call(2, DumpHprof())
+        << asks(7, ddm.HeapDumpStreamRequest())
+        >> Tick(11.0)
+        << Reject(2, "timed_out", message)
+    )
+    assert "heap dumps" in message.value
+    assert "HPDS" not in message.value
+    offer = vm.session.profiling_offer()["hprof"]
+    assert offer["available"] is False
+
+
+def test_the_allocation_tracker_conversation() -> None:
+    vm = ready()
+    listing = Placeholder("listing")
+    assert (
+        vm.book()
+        >> Call(1, AllocTracker("start"))
+        << asks(6, ddm.AllocTrackingEnable(True))
+        << asks(7, ddm.AllocTrackingQuery())
+        >> answer(7, ddm.AllocTrackingStatus(True))  # REAE: silence (ART 9+)
+        << Resolve(1, {"enabled": True})
+        >> Call(2, AllocTracker("list"))
+        << asks(8, ddm.AllocTrackingQuery())
+        << asks(9, ddm.AllocationsRequest())
+        >> answer(8, ddm.AllocTrackingStatus(True))
+        >> answer(9, ALLOCS)
+        << Resolve(2, listing)
+    )
+    assert listing.value["enabled"] is True
+    assert listing.value["allocations"] == ALLOCS.resolved()
+
+
+def test_android_12_has_no_allocation_tracker_and_says_so_without_asking() -> None:
+    vm = ready()
+    vm.session.model.unsupported["HPIF"] = "no answer within 5 s; Android 12 removed them"
+    vm.session.model.unsupported["HPSG"] = "it reports no heap information; Android 12 removed both"
+    message = Placeholder("message")
+    assert vm.book() >> Call(1, AllocTracker("start")) << Reject(1, "unsupported", message)
+    assert "allocation tracker" in message.value
+    assert "Android 12" in message.value
+
+
+def test_silence_to_the_allocation_query_marks_the_tracker_missing() -> None:
+    vm = ready()
+    message = Placeholder("message")
+    assert (
+        vm.book()
+        >> Call(1, AllocTracker("status"))
+        << asks(6, ddm.AllocTrackingQuery())
+        >> Tick(6.0)
+        << Reject(1, "unsupported", message)
+    )
+    assert "does not offer the allocation tracker" in message.value
+    assert vm.session.profiling_offer()["allocs"]["available"] is False
+
+
+def test_kill_sends_exit_and_answers_at_once() -> None:
+    vm = ready()
+    assert vm.book() >> Call(1, Kill(3)) << asks(6, ddm.ExitRequest(3)) << Resolve(1, {"status": 3})
+
+
+def test_a_plain_jvm_offers_none_of_it_in_words() -> None:
+    vm = plain_jvm()
+    offer = vm.session.profiling_offer()
+    assert {k: v["available"] for k, v in offer.items()} == {
+        "trace": False,
+        "allocs": False,
+        "hprof": False,
+        "kill": False,
+    }
+    assert "plain JVM" in str(offer["trace"]["reason"])
+    message = Placeholder("message")
+    assert vm.book() >> Call(1, DumpHprof()) << Reject(1, "unsupported", message)
+    assert "does not speak DDM" in message.value
+
+
+def test_a_vm_that_only_writes_trace_files_needs_a_device_path() -> None:
+    vm = ready(ddm.FeatReply(("method-trace-profiling", "hprof-heap-dump")))
+    message = Placeholder("message")
+    assert vm.book() >> Call(1, StartTrace()) << Reject(1, "unsupported", message)
+    assert "only to a file on the device" in message.value
+    assert (
+        vm.book()
+        >> Call(2, StartTrace(device_path="/data/local/tmp/app.trace"))
+        << asks(6, ddm.MethodTraceStart(8 << 20, 0, "/data/local/tmp/app.trace"))
+        << asks(7, ddm.ProfilingQuery())
+        >> answer(7, ddm.ProfilingStatus(1))
+        << Resolve(2, {"trace": "method", "mode": "file"})
+        >> Call(3, StopTrace())
+        << asks(8, ddm.MethodTraceEnd())
+        >> answer(8, ddm.MethodTraceEndResult(0))
+        << Resolve(3, {"device_file": "/data/local/tmp/app.trace"})
+    )
+
+
+def test_a_push_of_a_file_nobody_asked_for_is_left_alone() -> None:
+    vm = ready()
+    raw = encode(
+        CommandPacket(0x80000001, CommandSet.DDM, 1, ddm.encode_chunk(ddm.HeapDumpStream(DUMP)))
+    )
+    out = vm.session.handle(VmBytes(raw), 0.0)
+    assert not [c for c in out if isinstance(c, Capture)]
