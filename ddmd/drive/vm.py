@@ -35,13 +35,13 @@ from ddmd.drive.captures import HIGH_WATER, CaptureFile
 from ddmd.drive.ddms import ProfilingDriver
 from ddmd.drive.debugger import (
     DIRECT_SEND_LIMIT,
-    SLOW_CONSUMER,
     DebuggerConnection,
     Outbox,
     OutboxBroken,
 )
+from ddmd.drive.debuggers import RECEIVE_SIZE, DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
-from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
+from ddmd.drive.ports import VmPorts
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event
 from ddmd.protocol.ddm import StackTrace
@@ -66,9 +66,6 @@ from ddmd.session.commands import (
 from ddmd.session.inputs import (
     Call,
     CauseGc,
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
     DumpHeap,
     GetStack,
     Input,
@@ -84,15 +81,11 @@ from ddmd.session.vm import SessionSettings, VmSession
 
 log = structlog.get_logger("ddmd.vm")
 
-RECEIVE_SIZE = 65536
 VM_WRITE_OVERDUE = "a write to the VM took too long"
 #: Bytes that may wait for the VM to read them before its connection counts as stuck.
 VM_BUDGET = 64 << 20
 #: How often the watchdog looks at writes while debuggers are attached (seconds).
 WATCHDOG_PERIOD = DIRECT_SEND_LIMIT / 2
-#: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
-#: packet wait here while the debugger reads the ones before).
-DEBUGGER_BUDGET = 4 << 20
 
 _ERRORS: dict[str, type[Exception]] = {
     "unsupported": FeatureUnsupported,
@@ -142,7 +135,7 @@ def _vm_json(snapshot: VmSnapshot) -> dict[str, Any]:
     return snapshot.to_json()
 
 
-class VmDriver(ProfilingDriver):
+class VmDriver(DebuggerSide, ProfilingDriver):
     """The one owner of a VM's connections. Serves ``VmHandle`` to the registry and the API."""
 
     def __init__(
@@ -597,132 +590,6 @@ class VmDriver(ProfilingDriver):
                 self._log.warning(Event.VM_SEND_FAILED)
             if self._conn_scope is not None:
                 self._conn_scope.cancel()
-
-    # ------------------------------------------------------------------ debuggers
-
-    def adopt_debugger(self, stream: trio.abc.Stream, peer: str, *, via: str) -> None:
-        """Take an accepted debugger connection (sync; the driver runs it)."""
-        nursery = self._nursery
-        if nursery is None:
-            trio.lowlevel.spawn_system_task(close_with_reason, stream)
-            return
-        number = next(self._numbers)
-        port = self._debugger_port if via == "vm-port" else self._config.debugger.current_port
-        outbox = Outbox(
-            stream,
-            budget=DEBUGGER_BUDGET,
-            limit=self._config.timeouts.jdwp_request,
-            max_packets=self._config.debugger.queue_packets,
-        )
-        debugger = DebuggerConnection(number, stream, peer, via, port, outbox, since=time.time())
-        outbox.owner = debugger
-        self._debuggers[number] = debugger
-        self._timer_changed.set()  # the watchdog looks at writes while debuggers are here
-        self._feed(DebuggerJoined(number, via, peer))
-        if not debugger.gone:
-            nursery.start_soon(self._serve_debugger, debugger)
-
-    async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
-        reason = "debugger closed the connection"
-        with debugger.scope:
-            deadline = trio.current_time() + self._config.timeouts.handshake
-            session = self._session
-            router = session.router
-            try:
-                while not debugger.gone:
-                    if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
-                        data = await debugger.stream.receive_some(RECEIVE_SIZE)
-                    else:  # the handshake has a deadline; an attached debugger may be idle
-                        with trio.move_on_at(deadline) as scope:
-                            data = await debugger.stream.receive_some(RECEIVE_SIZE)
-                        if scope.cancelled_caught:
-                            self._log.warning(
-                                Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer
-                            )
-                            reason = "handshake timed out"
-                            break
-                    data = bytes(data)  # trio gives bytes: no copy
-                    relayed = session.relay_debugger(debugger.number, data)
-                    if relayed is not None:
-                        self._act(relayed)
-                    else:
-                        self._feed(DebuggerBytes(debugger.number, data))
-                    if self._dirty and not self._write_now():
-                        debugger.writing = True
-                        try:
-                            await self._flush(reads=debugger.outbox)
-                        finally:
-                            debugger.writing = False
-                    if debugger.end_reason is not None or not data:
-                        break
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                reason = f"connection error: {exc}"
-        self._leave(debugger, debugger.end_reason or reason)
-
-    def _leave(self, debugger: DebuggerConnection, reason: str) -> None:
-        """The debugger's connection is over: tell the session (once) and close it."""
-        if not debugger.gone:
-            debugger.gone = True
-            self._feed(DebuggerLeft(debugger.number, reason))
-        debugger.end(reason)
-        if self._nursery is not None:
-            self._nursery.start_soon(self._close_debugger, debugger, reason)
-
-    def _drop_slow(self, debugger: DebuggerConnection, *, waited: float | None = None) -> None:
-        self._slow_debuggers += 1
-        why: dict[str, object] = (
-            {"waited": waited}
-            if waited is not None
-            else {"queue": debugger.outbox.max_packets, "queued_bytes": debugger.outbox.queued}
-        )
-        self._log.warning(Event.DEBUGGER_SLOW_CONSUMER, peer=debugger.peer, **why)
-        debugger.outbox.broken = SLOW_CONSUMER
-        self._leave(debugger, SLOW_CONSUMER)
-
-    async def _close_debugger(self, debugger: DebuggerConnection, reason: str) -> None:
-        """Write what is queued for it (a Dispose reply), briefly, then close it."""
-        if self._debuggers.pop(debugger.number, None) is None:
-            return
-        outbox = debugger.outbox
-        with trio.move_on_after(DIRECT_SEND_LIMIT):
-            await outbox.wait_idle()  # another task may be writing to it: let it finish
-            if outbox.broken is None and outbox.queue:
-                with contextlib.suppress(OutboxBroken):
-                    await outbox.flush(trio.current_time())
-        debugger.end(reason)
-        with trio.move_on_after(1) as cleanup:
-            cleanup.shield = True
-            with contextlib.suppress(Exception):
-                await debugger.stream.aclose()
-
-    # ------------------------------------------------------------------ the per-VM port
-
-    def _maybe_listen(self) -> None:
-        """Open the per-VM debugger port once the VM has a stable key."""
-        if self._ports is None or self._port_key is not None or self._nursery is None:
-            return
-        key = self.selection_key()
-        if key is None:
-            return
-        self._port_key = key
-        self._nursery.start_soon(self._serve_port, key)
-
-    async def _serve_port(self, key: str) -> None:
-        assert self._ports is not None
-        opened = await self._ports.open_for(key)
-        if opened is None:
-            return
-        listener, port = opened
-        self._debugger_port = port
-        self._registry.changed(self._vm_id)
-        self._log.info(Event.DEBUGGER_LISTENING, port=port, via="vm-port", key=key)
-        try:
-            await accept_loop(
-                listener, lambda stream, peer: self.adopt_debugger(stream, peer, via="vm-port")
-            )
-        finally:
-            self._ports.release(port)
-            self._debugger_port = None
 
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
