@@ -116,6 +116,7 @@ class Event(StrEnum):
     DDM_CHUNK_UNKNOWN = "ddm.chunk_unknown"
     DDM_CHUNK_MALFORMED = "ddm.chunk_malformed"
     DDM_REPLY_UNKNOWN = "ddm.reply_unknown"
+    DEBUGGER_REPLIES_ABANDONED = "debugger.replies_abandoned"
     DDM_REQUEST_TIMED_OUT = "ddm.request_timed_out"
     DDM_PUSH_IGNORED = "ddm.push_ignored"
     STREAM_CLOSE_FAILED = "stream.close_failed"

@@ -347,10 +347,17 @@ def listening_owners(
     if target is None or texts is None:
         return None
     wanted = set(ports)
+    wanted_hex = {f"{port:04X}" for port in wanted}
     exact: dict[int, int] = {}
     wildcard: dict[int, int] = {}
     for text in texts:
         for line in text.splitlines():
+            # Cheap tests first: most rows of a busy machine are connections on other ports.
+            fields = line.split(maxsplit=4)
+            if len(fields) < 4 or fields[3].upper() != LISTEN:
+                continue
+            if fields[1][-4:].upper() not in wanted_hex:
+                continue
             row = _parse_row(line, byteorder)
             if row is None or row.state != LISTEN or row.inode == 0:
                 continue

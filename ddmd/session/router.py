@@ -116,6 +116,9 @@ class _Relay:
     whole: PacketHeader | None = None  # gathered, then routed as one packet
 
 
+_MAX_ORPHANS = 1 << 16
+
+
 def _discarded(first: bool) -> list[Command]:
     return [Log("ddm.push_discarded")] if first else []
 
@@ -153,6 +156,9 @@ class Router:
     _id_sizes: bytes | None = None
     _version: bytes | None = None  # VirtualMachine.Version reply, cached like IDSizes
     _relay: _Relay | None = None
+    # VM-side ids of commands whose debugger left before the reply came: their replies are
+    # dropped without a log line each (a dropped slow reader may leave thousands). Bounded.
+    _orphans: dict[int, None] = field(default_factory=dict)
     bridge: Bridge = field(init=False)
     attached_count: int = 0
     packets_to_vm: int = 0
@@ -247,6 +253,7 @@ class Router:
         or wait for the reconnect)."""
         self.ready = False
         self._relay = None
+        self._orphans.clear()
         self.bridge.reset()
         return list(self.ids.drop_all())
 
@@ -316,6 +323,8 @@ class Router:
         if pending is None:
             if watched:  # a departed debugger's event request: the bridge clears it
                 return self.bridge.reply(None, packet)[1]
+            if self._orphans.pop(packet.id, 0) is None:
+                return []  # its debugger left (logged once, when it left)
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if not isinstance(origin, DebuggerOrigin):
@@ -398,6 +407,8 @@ class Router:
         if header.is_reply:
             pending = self.ids.resolve(header.id)
             if pending is None:
+                if self._orphans.pop(header.id, 0) is None:
+                    return []  # its debugger left: the pieces go nowhere
                 return [Log("ddm.reply_unknown", fields={"id": header.id, "length": header.length})]
             origin = pending.origin
             if isinstance(origin, DebuggerOrigin):
@@ -628,6 +639,19 @@ class Router:
             return False, []
         dropped = self.ids.drop_origin(debugger.origin)
         out: list[Command] = [CloseDebugger(number, "left")]
+        if dropped:
+            orphans = self._orphans
+            for entry in dropped:
+                orphans[entry.vm_id] = None
+            while len(orphans) > _MAX_ORPHANS:
+                del orphans[next(iter(orphans))]
+            out.append(
+                Log(
+                    "debugger.replies_abandoned",
+                    "debug",
+                    {"debugger": number, "outstanding": len(dropped)},
+                )
+            )
         if debugger.attached:
             self.attached_count -= 1
             if not self.attached_count:

@@ -334,6 +334,27 @@ def test_a_departed_debugger_s_replies_go_nowhere() -> None:
     assert len(h.router.ids) == 0
 
 
+def test_late_replies_of_a_departed_debugger_are_dropped_without_a_line_each() -> None:
+    """A slow reader dropped with thousands of commands outstanding must not log thousands of
+    lines: one line when it leaves, none per late reply; a truly unknown id is still logged."""
+    h = RouterHarness()
+    r = h.router
+    assert attached(h, 1, 2)
+    for n in range(1, 51):
+        r.debugger_data(1, cmd(n, CLASS_BY_SIGNATURE, b"x"))
+    _, left = r.debugger_left(1)
+    (abandoned,) = [
+        c for c in left if isinstance(c, Log) and c.event == "debugger.replies_abandoned"
+    ]
+    assert abandoned.event == "debugger.replies_abandoned"
+    assert abandoned.fields == {"debugger": 1, "outstanding": 50}
+    late = [c for n in range(1, 51) for c in r.vm_data(reply(n, b"late"))]
+    assert late == []
+    (unknown,) = r.vm_data(reply(4242, b"?"))
+    assert isinstance(unknown, Log)
+    assert unknown.event == "ddm.reply_unknown"
+
+
 def test_a_departure_in_the_middle_of_a_streamed_reply_drops_the_rest() -> None:
     h = RouterHarness(stream_threshold=64)
     big = b"x" * 1000
