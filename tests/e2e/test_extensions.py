@@ -204,6 +204,8 @@ async def test_a_plugin_that_always_raises_harms_nothing(plugin_site, jdk, tmp_p
             response = await h.client.get(f"/api/v1/vms/{vm}/threads")
             assert response.status_code == 200
             assert len(response.json()["threads"]) == 7
+            # The plugin's failures cost the VM nothing: still its first connection.
+            assert sim.statistics().connections_accepted == 1
             # A real jdb through the current-VM port works.
             await select(h, vm)
             async with jdb_session(jdk, h.started.current_port, "J") as jdb:
@@ -211,7 +213,8 @@ async def test_a_plugin_that_always_raises_harms_nothing(plugin_site, jdk, tmp_p
                 listing = await jdb.command("threads", "main")
                 assert "main" in listing
                 assert await jdb.quit() == 0, jdb.transcript
-            assert sim.statistics().connections_accepted == 1
+            # (After jdb leaves, ddmd may release the VM by reconnecting: that is the release,
+            # not the plugin, so connections are not counted past this point.)
             assert not h.events("vm.crashed")
 
 
