@@ -165,6 +165,25 @@ def _error_message(status: int, content: bytes) -> str:
     return message + TOKEN_HINT if status == 401 else message
 
 
+async def _fetch_capture(
+    api: Api, answer: dict[str, Any], output: Path | None, fallback: str, what: str
+) -> tuple[Path, int]:
+    """Download the file a trace stop or a heap dump answered with; returns where it went and
+    its size. A failed download says the daemon still keeps the file."""
+    name = _local_name(answer["file"], fallback)
+    dest = _destination(output, name)
+    expected = answer.get("bytes")
+    try:
+        written = await _download(
+            api, _download_path(answer, name), dest, expected if isinstance(expected, int) else None
+        )
+    except Failure as failure:
+        raise Failure(
+            f"{failure.message} (the daemon keeps the {what} as {answer['file']})", failure.code
+        ) from None
+    return dest, written
+
+
 async def _download(api: Api, path: str, dest: Path, expected: int | None) -> int:
     """Write the file at ``path`` to ``dest`` piece by piece; return its size in bytes."""
     import httpx
@@ -372,21 +391,7 @@ def trace(
                 stopped = await stop()
         if not isinstance(stopped, dict) or not stopped.get("file"):
             raise Failure("the daemon's answer to the stop names no trace file", EXIT_API_ERROR)
-        name = _local_name(stopped["file"], "vm.trace")
-        dest = _destination(output, name)
-        expected = stopped.get("bytes")
-        try:
-            written = await _download(
-                api,
-                _download_path(stopped, name),
-                dest,
-                expected if isinstance(expected, int) else None,
-            )
-        except Failure as failure:
-            raise Failure(
-                f"{failure.message} (the daemon keeps the trace as {stopped['file']})",
-                failure.code,
-            ) from None
+        dest, written = await _fetch_capture(api, stopped, output, "vm.trace", "trace")
         return stopped, dest, written
 
     stopped, dest, written = run_with_api("trace", where, work)
@@ -719,20 +724,7 @@ def hprof(
         )
         if not isinstance(dumped, dict) or not dumped.get("file"):
             raise Failure("the daemon's answer names no heap dump file", EXIT_API_ERROR)
-        name = _local_name(dumped["file"], "vm.hprof")
-        dest = _destination(output, name)
-        expected = dumped.get("bytes")
-        try:
-            written = await _download(
-                api,
-                _download_path(dumped, name),
-                dest,
-                expected if isinstance(expected, int) else None,
-            )
-        except Failure as failure:
-            raise Failure(
-                f"{failure.message} (the daemon keeps the dump as {dumped['file']})", failure.code
-            ) from None
+        dest, written = await _fetch_capture(api, dumped, output, "vm.hprof", "dump")
         return dumped, dest, written
 
     dumped, dest, written = run_with_api("hprof", where, work)
