@@ -488,38 +488,22 @@ def format_allocations(body: Mapping[str, Any], label: str, top: int) -> str:
             ]
         )
     lines.append(table(["BYTES", "CLASS", "THREAD", "ALLOCATED IN"], rows))
-    by_class = list(body.get("by_class") or [])[: top or None]
-    if by_class:
-        lines += ["", "by class (most bytes first):"]
-        lines.append(
-            table(
-                ["CLASS", "COUNT", "BYTES"],
+    for key, label, heading, name in (
+        ("by_class", "CLASS", "by class", java_name),
+        ("by_site", "SITE", "by allocation site", _site_name),
+    ):
+        summary = list(body.get(key) or [])[: top or None]
+        if summary:
+            lines += ["", f"{heading} (most bytes first):"]
+            rows = [
                 [
-                    [
-                        java_name(c.get("class", "?")),
-                        f"{c.get('count', 0):,}",
-                        f"{c.get('bytes', 0):,}",
-                    ]
-                    for c in by_class
-                ],
-            )
-        )
-    by_site = list(body.get("by_site") or [])[: top or None]
-    if by_site:
-        lines += ["", "by allocation site (most bytes first):"]
-        lines.append(
-            table(
-                ["SITE", "COUNT", "BYTES"],
-                [
-                    [
-                        _site_name(s.get("site", "?")),
-                        f"{s.get('count', 0):,}",
-                        f"{s.get('bytes', 0):,}",
-                    ]
-                    for s in by_site
-                ],
-            )
-        )
+                    name(row.get(label.lower(), "?")),
+                    f"{row.get('count', 0):,}",
+                    f"{row.get('bytes', 0):,}",
+                ]
+                for row in summary
+            ]
+            lines.append(table([label, "COUNT", "BYTES"], rows))
     return "\n".join(lines)
 
 

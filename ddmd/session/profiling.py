@@ -90,6 +90,7 @@ class ProfilingMixin:
     _calls: dict[int, PendingCall]
     _captures: list[_Capture]
     _large: _LargePush | None
+    _now: float
     trace_state: str
     trace_mode: str | None
     trace_path: str | None
@@ -352,10 +353,11 @@ class ProfilingMixin:
                 return
             self._trace_off()
             self._resolve(pending, {"bytes": capture.size}, now)
-        elif now >= pending.deadline and not capture.started:
+        elif now >= pending.deadline:
             self._drop_capture(capture)
             self._trace_off()
-            message = f"{self.name} sent no trace within {self.settings.capture:g} s"
+            what = "stopped sending its trace for" if capture.started else "sent no trace within"
+            message = f"{self.name} {what} {self.settings.capture:g} s"
             self._reject(pending, "timed_out", message, now)
 
     def _settle_dump(self, pending: PendingCall, capture: _Capture | None, now: float) -> None:
@@ -377,7 +379,11 @@ class ProfilingMixin:
                 self._reject(pending, "failed", f"{self.name} sent a cut-short heap dump", now)
             else:
                 self._resolve(pending, {"bytes": capture.size}, now)
-        elif now >= pending.deadline and not capture.started:
+        elif now >= pending.deadline and capture.started:
+            self._drop_capture(capture)
+            message = f"{self.name} stopped sending its heap dump for {self.settings.capture:g} s"
+            self._reject(pending, "timed_out", message, now)
+        elif now >= pending.deadline:
             self._drop_capture(capture)
             self.model.unsupported.setdefault(
                 "HPDS", f"no heap dump arrived within {self.settings.capture:g} s"
@@ -475,6 +481,9 @@ class ProfilingMixin:
             take = data[: large.remaining]
             large.remaining -= len(take)
             capture.size += len(take)
+            call = self._calls.get(capture.call)
+            if call is not None:  # data flows: the file may take as long as it needs, but a
+                call.deadline = self._now + self.settings.capture  # stall still times out
             finished = large.remaining == 0 or last
             if take or finished:
                 out.append(Capture(capture.call, take, last=finished))

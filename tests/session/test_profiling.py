@@ -150,6 +150,24 @@ def test_no_trace_within_the_capture_time_is_a_timeout() -> None:
     assert "sent no trace within 10 s" in message.value
 
 
+def test_a_dump_that_stops_flowing_times_out_but_a_slow_one_does_not() -> None:
+    vm = ready(stream_threshold=64, capture=10.0)
+    body = bytes(1000)
+    pushed = encode(ddm.ddm_command(0x80000010, ddm.HeapDumpStream(body)))
+    session = vm.session
+    out: list[Any] = session.handle(Call(1, DumpHprof()), 0.0)
+    # Pieces 8 s apart: each one moves the deadline, so the dump may take as long as it needs.
+    for n, at in enumerate(range(0, 500, 100)):
+        out += session.handle(VmBytes(pushed[at : at + 100]), 8.0 * (n + 1))
+        out += session.handle(Tick(8.0 * (n + 1)), 8.0 * (n + 1))
+    assert not [c for c in out if isinstance(c, Reject)]
+    # Then nothing for longer than [timeouts] capture: a timeout, in words.
+    out = session.handle(Tick(40.0 + 10.5), 50.5)
+    (rejected,) = [c for c in out if isinstance(c, Reject)]
+    assert rejected.kind == "timed_out"
+    assert "stopped sending its heap dump for 10 s" in rejected.message
+
+
 def test_a_heap_dump_streams_and_silence_marks_heap_dumps_missing() -> None:
     vm = ready(capture=10.0)
     assert (
