@@ -63,8 +63,9 @@ def _ephemeral_range() -> tuple[int, int]:
 
 
 def _bindable(port: int) -> bool:
+    # No SO_REUSEADDR: a port an earlier test's connection left in TIME_WAIT counts as taken,
+    # because some tests bind plain sockets (and ddmd's sysmon probe binds without it too).
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
