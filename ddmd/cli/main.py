@@ -36,7 +36,6 @@ from ddmd.cli.trace import trace_report
 from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
 from ddmd.errors import ConfigError, DdmdError
 from ddmd.logs import FORMATS, Event, configure, get_logger
-from ddmd.memory import share_one_malloc_arena
 from ddmd.netaddr import host_port
 
 __all__ = ["COMMANDS", "EXIT_ALREADY_RUNNING", "EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
@@ -249,7 +248,6 @@ def _start(
         log.info(Event.CONFIG_LOADED, path=str(path))
 
     main_function = getattr(importlib.import_module(module), entry)
-    share_one_malloc_arena()  # before trio starts a worker thread (see ddmd/memory.py)
 
     import trio  # only the daemon commands need it; keeps client commands light
 
