@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TextIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +186,11 @@ def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAd
 
 
 def _rows(proc_root: str, byteorder: ByteOrder) -> Iterator[_Row]:
-    for table in ("tcp", "tcp6"):
-        try:
-            path = os.path.join(proc_root, "net", table)
-            with open(path, encoding="ascii", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            continue  # no IPv6 in this kernel, not Linux, or not readable
-        for line in text.splitlines():
+    tables = _open_tables(proc_root)  # no IPv6 in this kernel, not Linux, or not readable
+    if tables is None:
+        return
+    with tables:
+        for line in tables.lines():
             row = _parse_row(line, byteorder)
             if row is not None:
                 yield row
@@ -264,22 +261,52 @@ class PeerOwner:
     status: OwnerStatus
 
 
-def _tables(proc_root: str) -> list[str] | None:
-    """The text of ``net/tcp`` and ``net/tcp6``; None when neither can be read."""
-    texts: list[str] = []
+class _Tables:
+    """``net/tcp`` and ``net/tcp6``, open, read a line at a time (use it as a context manager).
+
+    Never read whole: under connection churn the tables hold thousands of TIME_WAIT rows (a few
+    hundred KB), every accepted connection is checked in a worker thread, and whole-table reads
+    in several threads at once left the daemon's resident size tens of MB higher (glibc keeps
+    the freed buffers in each thread's arena). A line at a time, nothing large is allocated.
+    """
+
+    def __init__(self, files: list[TextIO]) -> None:
+        self._files = files
+
+    def lines(self) -> Iterator[str]:
+        for f in self._files:
+            try:
+                yield from f
+            except OSError:
+                continue  # the table went away mid-read: what was read stands
+
+    def __enter__(self) -> _Tables:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self._files:
+            f.close()
+
+
+def _open_tables(proc_root: str) -> _Tables | None:
+    """``net/tcp`` and ``net/tcp6``, opened; None when neither can be opened."""
+    files: list[TextIO] = []
     for table in ("tcp", "tcp6"):
         path = os.path.join(proc_root, "net", table)
         try:
-            with open(path, encoding="ascii", errors="replace") as f:
-                texts.append(f.read())
+            files.append(open(path, encoding="ascii", errors="replace"))  # noqa: SIM115
         except OSError:
             continue
-    return texts or None
+    return _Tables(files) if files else None
 
 
 def socket_tables_readable(proc_root: str = "/proc") -> bool:
     """True when at least one of ``net/tcp``/``net/tcp6`` can be read (Linux)."""
-    return _tables(proc_root) is not None
+    tables = _open_tables(proc_root)
+    if tables is None:
+        return False
+    with tables:
+        return True
 
 
 def _port_suffix(port: int) -> str:
@@ -303,16 +330,16 @@ def peer_owner(
     a row never counts as root's. Only lines whose ports match are parsed, so a machine with
     many sockets costs one read of each table and a string comparison per line.
     """
-    texts = _tables(proc_root)
-    if texts is None:
+    tables = _open_tables(proc_root)
+    if tables is None:
         return PeerOwner(None, "unreadable")
-    our_host, peer_host = _parse_host(ours[0]), _parse_host(peer[0])
-    if our_host is None or peer_host is None:
-        return PeerOwner(None, "absent")
-    peer_suffix, our_suffix = _port_suffix(peer[1]), _port_suffix(ours[1])
-    closed = False
-    for text in texts:
-        for line in text.splitlines():
+    with tables:
+        our_host, peer_host = _parse_host(ours[0]), _parse_host(peer[0])
+        if our_host is None or peer_host is None:
+            return PeerOwner(None, "absent")
+        peer_suffix, our_suffix = _port_suffix(peer[1]), _port_suffix(ours[1])
+        closed = False
+        for line in tables.lines():
             fields = line.split(maxsplit=10)
             if len(fields) < 10:
                 continue
@@ -343,15 +370,17 @@ def listening_owners(
     many ports in one read of the tables. None when no table can be read or ``host`` is not
     numeric."""
     target = _parse_host(host)
-    texts = _tables(proc_root)
-    if target is None or texts is None:
+    if target is None:
+        return None
+    tables = _open_tables(proc_root)
+    if tables is None:
         return None
     wanted = set(ports)
     wanted_hex = {f"{port:04X}" for port in wanted}
     exact: dict[int, int] = {}
     wildcard: dict[int, int] = {}
-    for text in texts:
-        for line in text.splitlines():
+    with tables:
+        for line in tables.lines():
             # Cheap tests first: most rows of a busy machine are connections on other ports.
             fields = line.split(maxsplit=4)
             if len(fields) < 4 or fields[3].upper() != LISTEN:
