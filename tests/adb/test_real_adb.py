@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
+from tests.actors.needs import skip_or_fail
 from tests.actors.rawpeers import free_port, free_port_range, monitor, wait_until
 
 CAP = 40  # seconds: absolute cap on every test
@@ -28,7 +29,7 @@ ADB_DEFAULT_PORT = 5037
 def adb() -> str:
     path = shutil.which("adb")
     if path is None:
-        pytest.skip("the 'adb' program is not installed (Debian: apt install adb)")
+        skip_or_fail("the 'adb' program is not installed (Debian: apt install adb)")
     return path
 
 

@@ -9,7 +9,6 @@ the tests can say which requests a command made and in what order.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from ddmd.protocol.hprof import summarise_file
 from ddmd.protocol.trace import parse_trace
 from ddmd.sim.hprof import dump_bytes, sim_heap_content
 from ddmd.sim.trace import DEFAULT_CALL_COUNTS, build_trace, default_recording
+from tests.actors.needs import skip_or_fail
 
 MAIL = "com.example.mail"
 MAPS = "com.example.maps:remote"
@@ -576,10 +576,7 @@ def test_allocs_takes_one_action(daemon):
 def _require_hprof_conv() -> None:
     if HPROF_CONV.exists():
         return
-    reason = f"needs {HPROF_CONV} (apt-get install hprof-conv)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason + "; in CI this is a failure, not a skip")
-    pytest.skip(reason)
+    skip_or_fail(f"needs {HPROF_CONV} (apt-get install hprof-conv)")
 
 
 def test_hprof_writes_the_dump_and_prints_the_histogram(daemon):

@@ -21,6 +21,7 @@ from ddmd.discovery.localproc import (
     peer_owner,
     socket_tables_readable,
 )
+from tests.actors.needs import skip_or_fail
 from tests.discovery.test_localproc import (
     ANY4_LISTEN,
     ANY6_LISTEN,
@@ -167,7 +168,7 @@ def test_listening_owners(tmp_path) -> None:
 
 def _real_tables() -> None:
     if not socket_tables_readable():
-        pytest.skip("/proc/net/tcp cannot be read here (not Linux)")
+        skip_or_fail("/proc/net/tcp cannot be read here (not Linux)")
 
 
 def test_real_connection_owner_is_this_user() -> None:

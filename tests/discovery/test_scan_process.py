@@ -16,6 +16,7 @@ import trio
 from ddmd.discovery import VmFound
 from ddmd.discovery.localproc import LocalProcess
 from ddmd.discovery.scan import PortScanner
+from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import PeerConnection, RawPeer, free_port_range, make_config
 
 CAP = 20  # seconds for each test
@@ -41,7 +42,9 @@ async def scan_one(tmp_path, **scanner_kw: Any) -> tuple[VmFound, int]:
     return found, port
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc/net/tcp")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/net/tcp") and not IN_CI, reason="needs Linux /proc/net/tcp"
+)
 async def test_scan_finds_the_process_behind_the_port(tmp_path) -> None:
     with trio.fail_after(CAP):
         found, port = await scan_one(tmp_path)

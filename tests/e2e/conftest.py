@@ -12,7 +12,6 @@ process is killed at the end of the test.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.actors.needs import skip_or_fail
 from tests.actors.rawpeers import free_port_range
 
 COUNTER_SOURCE = """\
@@ -55,9 +55,7 @@ def require_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         reason = f"{name!r} is not on PATH (install a JDK 17 to run the jvm tests)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it")
-        pytest.skip(reason)
+        skip_or_fail(reason)
     return path
 
 

@@ -20,6 +20,7 @@ from ddmd.protocol.hprof import summarise_file
 from ddmd.protocol.trace import parse_trace
 from ddmd.sim.hprof import sim_heap_content
 from ddmd.sim.trace import DEFAULT_CALL_COUNTS
+from tests.actors.needs import skip_or_fail
 from tests.trace import dmtrace
 from tests.web.test_browser import MAIL, MAPS, _vm, _wait_for, demo_daemon
 
@@ -106,8 +107,8 @@ def test_ctrl_c_ends_an_open_ended_trace_and_writes_it(demo, tmp_path):
 
 
 def test_hprof_with_convert_gives_the_sims_counts_in_both_files(demo, tmp_path):
-    if not HPROF_CONV.exists() and os.environ.get("CI") != "true":
-        pytest.skip(f"needs {HPROF_CONV} (apt-get install hprof-conv)")
+    if not HPROF_CONV.exists():
+        skip_or_fail(f"needs {HPROF_CONV} (apt-get install hprof-conv)")
     done = ddmd(demo, tmp_path, "hprof", MAIL, "--convert", "-o", "mail.hprof")
     assert done.returncode == 0, done.stderr
     assert "converted for standard HPROF tools: mail-conv.hprof" in done.stdout

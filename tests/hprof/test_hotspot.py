@@ -16,7 +16,6 @@ CI (CI=true), where that is a failure.
 from __future__ import annotations
 
 import json
-import os
 import re
 import select
 import shutil
@@ -29,6 +28,7 @@ from click.testing import CliRunner
 
 from ddmd.cli.main import main
 from ddmd.protocol.hprof import java_class_name
+from tests.actors.needs import skip_or_fail
 
 pytestmark = pytest.mark.jvm
 
@@ -69,9 +69,7 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         reason = f"{name!r} is not on PATH (install a JDK 17 to run the jvm tests)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it")
-        pytest.skip(reason)
+        skip_or_fail(reason)
     return path
 
 

@@ -24,6 +24,7 @@ from ddmd.sim.hprof import (
     dump_chunks,
     sim_heap_content,
 )
+from tests.actors.needs import skip_or_fail
 
 DEBIAN_HPROF_CONV = Path("/usr/lib/android-sdk/platform-tools/hprof-conv")
 
@@ -38,9 +39,7 @@ def hprof_conv() -> str:
         found = str(DEBIAN_HPROF_CONV)
     if found is None:
         reason = "hprof-conv is not installed (Debian package 'hprof-conv')"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it")
-        pytest.skip(reason)
+        skip_or_fail(reason)
     return found
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.actors.needs import skip_or_fail
 from tests.actors.rawpeers import Harness, free_port_range, monitor, wait_until
 from tests.e2e.conftest import COUNTER_SOURCE, START_CAP, CounterJvm, Jdk, require_tool
 
@@ -57,12 +58,6 @@ print(json.dumps(out))
 """
 
 
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI=true requires these tests to run")
-    pytest.skip(reason)
-
-
 @dataclass(frozen=True, slots=True)
 class OtherUser:
     """How to run a command as uid 65534, and a Python that user can run."""
@@ -91,11 +86,11 @@ def _system_python() -> str | None:
 def other_user() -> OtherUser:
     # A plain (sync) fixture: skip/fail reach pytest directly.
     if os.geteuid() != 0:
-        _skip_or_fail("needs root to run clients as another user (setpriv --reuid=65534)")
+        skip_or_fail("needs root to run clients as another user (setpriv --reuid=65534)")
     setpriv = shutil.which("setpriv")
     python = _system_python()
     if setpriv is None or python is None:
-        _skip_or_fail("needs setpriv (util-linux) and a system python3 that uid 65534 can run")
+        skip_or_fail("needs setpriv (util-linux) and a system python3 that uid 65534 can run")
     assert setpriv is not None
     assert python is not None
     user = OtherUser(setpriv, python)
@@ -107,7 +102,7 @@ def other_user() -> OtherUser:
         check=False,
     )
     if check.returncode != 0 or check.stdout.strip() != str(NOBODY):
-        _skip_or_fail(f"cannot run {python} as uid {NOBODY}: {check.stderr.strip()}")
+        skip_or_fail(f"cannot run {python} as uid {NOBODY}: {check.stderr.strip()}")
     return user
 
 

@@ -6,14 +6,13 @@ fails, as for the JDK tests.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.actors.needs import skip_or_fail
 
 TIMEOUT = 60  # seconds; dmtracedump reads a small file in milliseconds
 
@@ -22,9 +21,7 @@ def require_dmtracedump() -> str:
     path = shutil.which("dmtracedump")
     if path is None:
         reason = "'dmtracedump' is not on PATH (install Debian's dmtracedump package)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it")
-        pytest.skip(reason)
+        skip_or_fail(reason)
     return path
 
 
