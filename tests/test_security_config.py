@@ -49,6 +49,42 @@ def test_socket_path_forms(tmp_path) -> None:
     assert load_config(file, env=ENV).control.socket == tmp_path / "run" / "d.sock"
 
 
+def test_socket_path_takes_environment_variables() -> None:
+    # The form the issue and systemd users write: the variable, not its value.
+    written = {"control": {"socket": "$XDG_RUNTIME_DIR/ddmd/control.sock"}}
+    assert parse(written, env=ENV).control.socket == Path("/run/user/1000/ddmd/control.sock")
+    braced = {"control": {"socket": "${XDG_RUNTIME_DIR}/d-$$.sock"}}
+    assert parse(braced, env=ENV).control.socket == Path("/run/user/1000/d-$.sock")
+    state = {"debugger": {"state_file": "$HOME/ports.json"}}
+    assert parse(state, env=ENV).debugger.state_file == Path("/home/user/ports.json")
+
+
+@pytest.mark.parametrize("env", [{"HOME": "/h"}, {"HOME": "/h", "XDG_RUNTIME_DIR": ""}])
+def test_socket_path_with_an_unset_variable_names_it(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({"control": {"socket": "$XDG_RUNTIME_DIR/ddmd/control.sock"}}, env=env)
+    text = str(info.value)
+    assert "[control] socket" in text
+    assert "$XDG_RUNTIME_DIR is not set" in text
+    assert "write the path without it" in text
+
+
+def test_a_stray_dollar_in_a_path_says_how_to_write_one() -> None:
+    expect_error(
+        {"control": {"socket": "/run/$/d.sock"}},
+        "control.socket",
+        None,
+        'a "$" must start a variable',
+        "write $$",
+    )
+    expect_error(
+        {"debugger": {"state_file": "/var/${x/ports.json"}},
+        "debugger.state_file",
+        None,
+        'a "$" must start a variable',
+    )
+
+
 def test_socket_path_too_long() -> None:
     long_path = "/" + "d" * 120 + "/c.sock"
     expect_error(

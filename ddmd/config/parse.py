@@ -20,6 +20,7 @@ import difflib
 import math
 import os
 import pwd
+import string
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -266,14 +267,13 @@ class _Section:
         anything else a path ("~/" is the home directory; a relative path is taken relative to
         the config file's directory)."""
         raw = self.text(key)
-        if raw == "":
-            return None
         if raw == "auto":
             path = runtime_dir(env) / f"control-{port}.sock"
         else:
-            path = _resolve_path(raw, env, base_dir)
-            if not path.is_absolute():
-                path = Path(os.path.abspath(path))
+            given = self.path(key, env, base_dir)
+            if given is None:
+                return None
+            path = Path(os.path.abspath(given))
         length = len(os.fsencode(path))
         if length > MAX_SOCKET_PATH:
             where = f" ({path})" if raw == "auto" else ""
@@ -284,6 +284,19 @@ class _Section:
                 raw,
             )
         return path
+
+    def path(self, key: str, env: Mapping[str, str], base_dir: Path | None) -> Path | None:
+        """A file path, or None for "": ``$NAME`` and ``${NAME}`` are taken from the environment
+        (``$$`` is a "$"), a leading "~/" is the home directory, and a relative path is taken
+        relative to the config file's directory."""
+        raw = self.text(key)
+        if raw == "":
+            return None
+        try:
+            expanded = _expand_variables(raw, env)
+        except ValueError as exc:
+            raise self.error(key, str(exc), raw) from None
+        return _resolve_path(expanded, env, base_dir)
 
     def host(self, key: str) -> str:
         value = self.text(key, allow_empty=False)
@@ -320,6 +333,25 @@ def _default_state_file(env: Mapping[str, str]) -> Path:
     # The XDG spec says relative values are invalid and must be ignored.
     base = Path(xdg) if xdg and os.path.isabs(xdg) else _home(env) / ".local" / "state"
     return base / "ddmd" / "ports.json"
+
+
+def _expand_variables(raw: str, env: Mapping[str, str]) -> str:
+    """`raw` with ``$NAME``/``${NAME}`` replaced from `env`; ValueError naming the fix for an
+    unset (or empty) variable or a stray "$"."""
+    template = string.Template(raw)
+    if not template.is_valid():
+        raise ValueError(
+            'a "$" must start a variable, $NAME or ${NAME}; write $$ for a "$" in the path'
+        )
+    known = {name: value for name, value in env.items() if value}
+    missing = [name for name in template.get_identifiers() if name not in known]
+    if missing:
+        name = missing[0]
+        raise ValueError(
+            f"${name} is not set in ddmd's environment: set it where ddmd starts, or write "
+            f"the path without it"
+        )
+    return template.substitute(known)
 
 
 def _resolve_path(raw: str, env: Mapping[str, str], base_dir: Path | None) -> Path:
@@ -460,15 +492,13 @@ def parse_config(
     )
 
     d = sec["debugger"]
-    state_raw = d.get(d.text, "state_file")
+    state_file = d.get(d.path, "state_file", env, base_dir)
     debugger = DebuggerConfig(
         host=d.get(d.listen_host, "host", allow_non_loopback),
         ports=d.get(d.port_range, "ports"),
         current_port=d.get(d.port, "current_port"),
         auto_select_waiting=d.get(d.boolean, "auto_select_waiting"),
-        state_file=(
-            _resolve_path(state_raw, env, base_dir) if state_raw else _default_state_file(env)
-        ),
+        state_file=state_file if state_file is not None else _default_state_file(env),
         queue_packets=d.get(d.integer, "queue_packets", minimum=1),
         relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
