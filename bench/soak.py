@@ -524,14 +524,38 @@ async def soak(minutes: float, without: frozenset[str]) -> int:
                     show(samples[-1])
                     next_at += SAMPLE_EVERY
         finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                with trio.move_on_after(15):
-                    await proc.wait()
+            # Shielded: a run stopped by a signal (a cancelled scope) still stops its daemon.
+            with trio.CancelScope(shield=True):
                 if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
+                    proc.send_signal(signal.SIGTERM)
+                    with trio.move_on_after(15):
+                        await proc.wait()
+                    if proc.returncode is None:
+                        proc.kill()
+                        await proc.wait()
     return report(samples, counts, warmup, total - tail, log)
+
+
+async def soak_until_stopped(minutes: float, without: frozenset[str]) -> int:
+    """`soak`, ended early by SIGTERM or SIGINT (kill, a CI timeout, Ctrl-C) with its daemon
+    stopped: trio's own Ctrl-C handling is absent where SIGINT is ignored, as it is for a job
+    started in the background by a script or under nohup."""
+    stopped_by: list[int] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    print(f"soak: {signal.Signals(signum).name}: stopping", flush=True)
+                    stopped_by.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            code = await soak(minutes, without)
+            nursery.cancel_scope.cancel()
+            return code
+    return 128 + stopped_by[0]
 
 
 def report(
@@ -611,7 +635,7 @@ def main() -> None:
         parser.error("--minutes must be at least 2")
     # The simulated VMs run in this process: their log lines would drown the samples.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    sys.exit(trio.run(soak, args.minutes, frozenset(args.without)))
+    sys.exit(trio.run(soak_until_stopped, args.minutes, frozenset(args.without)))
 
 
 if __name__ == "__main__":
