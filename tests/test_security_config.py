@@ -95,6 +95,10 @@ def test_socket_path_too_long() -> None:
         parse({}, env={"XDG_RUNTIME_DIR": "/" + "r" * 110})
     assert "control-8710.sock" in str(info.value)
     assert "[control] socket" in str(info.value)
+    # So does a path that a variable made too long.
+    with pytest.raises(ConfigError) as info:
+        parse({"control": {"socket": "$LONG/c.sock"}}, env={**ENV, "LONG": "/" + "v" * 110})
+    assert f"(/{'v' * 110}/c.sock)" in str(info.value)
 
 
 def test_socket_must_be_a_string() -> None:

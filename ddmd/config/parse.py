@@ -264,8 +264,8 @@ class _Section:
         self, key: str, port: int, env: Mapping[str, str], base_dir: Path | None
     ) -> Path | None:
         """The unix socket's path: "auto" is `runtime_dir`/control-PORT.sock, "" none (None),
-        anything else a path ("~/" is the home directory; a relative path is taken relative to
-        the config file's directory)."""
+        anything else a path as `path` reads it ($NAME expanded, "~/" the home directory, a
+        relative path taken relative to the config file's directory)."""
         raw = self.text(key)
         if raw == "auto":
             path = runtime_dir(env) / f"control-{port}.sock"
@@ -276,7 +276,8 @@ class _Section:
             path = Path(os.path.abspath(given))
         length = len(os.fsencode(path))
         if length > MAX_SOCKET_PATH:
-            where = f" ({path})" if raw == "auto" else ""
+            # Name the path when the user did not write it out ("auto", $NAME, a relative one).
+            where = f" ({path})" if str(path) != raw else ""
             raise self.error(
                 key,
                 f"the socket path{where} is {length} bytes long; a unix socket path has at most "
