@@ -1,7 +1,7 @@
 """What DDMS users still reach for, as conversations of one VM session: method tracing, the
 allocation tracker, HPROF heap dumps and kill (protocol.md 3.4, 3.5, 2.2).
 
-Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``ProfilingMixin``
+Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``Profiling``
 is the part of ``VmSession`` that turns these ``Call`` requests into DDM requests and settles
 them. Most of these requests are answered by silence on a current phone (ART 9+ without its
 agent), so each conversation ends on evidence that always comes:
@@ -40,9 +40,11 @@ from ddmd.session.inputs import (
     TraceState,
 )
 from ddmd.session.model import VmModel
-from ddmd.session.settings import SessionSettings
 
-__all__ = ["PROFILING_REQUESTS", "TRACE_STATES", "ProfilingMixin"]
+if TYPE_CHECKING:
+    from ddmd.session.vm import VmSession
+
+__all__ = ["PROFILING_REQUESTS", "TRACE_STATES", "Profiling"]
 
 #: MPRQ states.
 TRACE_STATES = {0: "off", 1: "method", 2: "sampling"}
@@ -81,37 +83,11 @@ class _LargePush:
     discarded: bool = False
 
 
-class ProfilingMixin:
-    """The profiling half of ``VmSession`` (its attributes and ``_ask`` live there)."""
+class Profiling:
+    """The profiling part of a ``VmSession``: tracing, allocations, heap dumps and kill."""
 
-    model: VmModel
-    settings: SessionSettings
-    _out: list[Command]
-    _calls: dict[int, PendingCall]
-    _captures: list[_Capture]
-    _large: _LargePush | None
-    _now: float
-    trace_state: str
-    trace_mode: str | None
-    trace_path: str | None
-
-    if TYPE_CHECKING:  # VmSession's and CallsMixin's; stubs here would shadow nothing, but
-        # keep them out of the class at run time all the same
-
-        @property
-        def name(self) -> str: ...
-
-        def missing(self, feature: str) -> str: ...
-
-        def _ask(self, chunk: ddm.Chunk, purpose: str, feature: str, now: float) -> Own: ...
-
-        def _resolve(self, pending: PendingCall, value: object, now: float) -> None: ...
-
-        def _reject(
-            self, pending: PendingCall, kind: str, message: str, now: float | None = None
-        ) -> None: ...
-
-        def _log(self, event: str, level: str = "info", **fields: object) -> None: ...
+    def __init__(self, session: VmSession) -> None:
+        self._s = session
 
     # ------------------------------------------------------------------ what is offered
 
@@ -125,33 +101,33 @@ class ProfilingMixin:
         }
 
     def _no_ddm(self) -> str | None:
-        if self.model.ddm is False:
-            return f"{self.name} does not speak DDM (a plain JVM): ddmd cannot do this for it"
-        if self.model.ddm is None:
-            return f"{self.name} is not identified yet"
+        if self._s.model.ddm is False:
+            return f"{self._s.name} does not speak DDM (a plain JVM): ddmd cannot do this for it"
+        if self._s.model.ddm is None:
+            return f"{self._s.name} is not identified yet"
         return None
 
     def _offer(self, feature: str) -> dict[str, object]:
         reason = self._no_ddm() or (
-            self.missing(feature) if feature in self.model.unsupported else None
+            self._s.missing(feature) if feature in self._s.model.unsupported else None
         )
-        if feature == "REAQ" and reason is None and _android12(self.model):
-            self.model.unsupported.setdefault(
+        if feature == "REAQ" and reason is None and _android12(self._s.model):
+            self._s.model.unsupported.setdefault(
                 "REAQ", "it reports no heap information; Android 12 removed the allocation tracker"
             )
-            reason = self.missing("REAQ")
+            reason = self._s.missing("REAQ")
         return {"available": reason is None, "reason": reason}
 
     def _offer_trace(self) -> dict[str, object]:
         reason = self._no_ddm()
-        features = self.model.features
+        features = self._s.model.features
         modes = []
         if not features or STREAMING_TRACE in features:
             modes.append("streaming")
         if FILE_TRACE in features and "streaming" not in modes:
             modes.append("file")
         if reason is None and not modes:
-            reason = self.missing("MPSS")
+            reason = self._s.missing("MPSS")
         return {
             "available": reason is None,
             "reason": reason,
@@ -160,23 +136,23 @@ class ProfilingMixin:
         }
 
     def _offer_hprof(self) -> dict[str, object]:
-        if self.model.ddm and _android12(self.model):
+        if self._s.model.ddm and _android12(self._s.model):
             # The heap dump handlers lived with the heap info ones and went with them
             # (protocol.md 3.8: the newest trees register neither HPDU nor HPDS).
-            self.model.unsupported.setdefault(
+            self._s.model.unsupported.setdefault(
                 "HPDS", "it reports no heap information; Android 12 removed heap dumps with it"
             )
         reason = self._no_ddm() or (
-            self.missing("HPDS") if "HPDS" in self.model.unsupported else None
+            self._s.missing("HPDS") if "HPDS" in self._s.model.unsupported else None
         )
-        features = self.model.features
+        features = self._s.model.features
         mode = None
         if not features or STREAMING_HPROF in features:
             mode = "streaming"
         elif FILE_HPROF in features:
             mode = "file"
         elif reason is None:
-            reason = self.missing("HPDS")
+            reason = self._s.missing("HPDS")
         return {"available": reason is None, "reason": reason, "mode": mode}
 
     # ------------------------------------------------------------------ calls
@@ -186,11 +162,11 @@ class ProfilingMixin:
         if isinstance(request, Kill):
             reason = self._no_ddm()
             if reason is not None:
-                self._reject(pending, "unsupported", reason, now)
+                self._s.calls._reject(pending, "unsupported", reason, now)
                 return
-            self._ask(ddm.ExitRequest(request.status), "prof-exit", "EXIT", now)
-            self._log("vm.exit_requested", status=request.status)
-            self._resolve(pending, {"status": request.status}, now)
+            self._s._ask(ddm.ExitRequest(request.status), "prof-exit", "EXIT", now)
+            self._s._log("vm.exit_requested", status=request.status)
+            self._s.calls._resolve(pending, {"status": request.status}, now)
         elif isinstance(request, StartTrace):
             self._start_trace(pending, request, now)
         elif isinstance(request, StopTrace):
@@ -198,137 +174,145 @@ class ProfilingMixin:
         elif isinstance(request, TraceState):
             if self._refuse(pending, self._no_ddm(), now):
                 return
-            pending.owns.append(self._ask(ddm.ProfilingQuery(), "prof-mprq", "MPRQ", now))
+            pending.owns.append(self._s._ask(ddm.ProfilingQuery(), "prof-mprq", "MPRQ", now))
         elif isinstance(request, AllocTracker):
             offer = self._offer("REAQ")
             if self._refuse(pending, offer["reason"], now):  # type: ignore[arg-type]
                 return
             if request.action in ("start", "stop"):
                 enable = ddm.AllocTrackingEnable(request.action == "start")
-                pending.owns.append(self._ask(enable, "prof-reae", "REAE", now))
-            pending.owns.append(self._ask(ddm.AllocTrackingQuery(), "prof-reaq", "REAQ", now))
+                pending.owns.append(self._s._ask(enable, "prof-reae", "REAE", now))
+            pending.owns.append(self._s._ask(ddm.AllocTrackingQuery(), "prof-reaq", "REAQ", now))
             if request.action == "list":
-                pending.owns.append(self._ask(ddm.AllocationsRequest(), "prof-real", "REAL", now))
+                pending.owns.append(
+                    self._s._ask(ddm.AllocationsRequest(), "prof-real", "REAL", now)
+                )
         elif isinstance(request, DumpHprof):
             self._dump_hprof(pending, request, now)
 
     def _refuse(self, pending: PendingCall, reason: str | None, now: float) -> bool:
         if reason is None:
             return False
-        self._reject(pending, "unsupported", reason, now)
+        self._s.calls._reject(pending, "unsupported", reason, now)
         return True
 
     def _start_trace(self, pending: PendingCall, request: StartTrace, now: float) -> None:
         offer = self._offer_trace()
         if self._refuse(pending, offer["reason"], now):  # type: ignore[arg-type]
             return
-        if self.trace_state in ("method", "sampling"):
-            self._reject(pending, "conflict", f"{self.name} is already tracing", now)
+        if self._s.trace_state in ("method", "sampling"):
+            self._s.calls._reject(pending, "conflict", f"{self._s.name} is already tracing", now)
             return
         modes = offer["modes"]
         assert isinstance(modes, list)
         if "streaming" in modes:
             if request.sampling_us is not None:
                 if not offer["sampling"]:
-                    self._reject(pending, "unsupported", self.missing("SPSS"), now)
+                    self._s.calls._reject(pending, "unsupported", self._s.missing("SPSS"), now)
                     return
                 start: ddm.Chunk = ddm.SamplingStart(request.buffer_size, 0, request.sampling_us)
             else:
                 start = ddm.MethodTraceStreamStart(request.buffer_size, 0)
-            self.trace_mode, self.trace_path = "streaming", None
+            self._s.trace_mode, self._s.trace_path = "streaming", None
         else:
             if request.device_path is None:
-                self._reject(
+                self._s.calls._reject(
                     pending,
                     "unsupported",
-                    f"{self.name} writes method traces only to a file on the device, which "
+                    f"{self._s.name} writes method traces only to a file on the device, which "
                     "ddmd can fetch only from an Android device (through adb)",
                     now,
                 )
                 return
             start = ddm.MethodTraceStart(request.buffer_size, 0, request.device_path)
-            self.trace_mode, self.trace_path = "file", request.device_path
+            self._s.trace_mode, self._s.trace_path = "file", request.device_path
         feature = ddm.type_name(int(start.chunk_type))
-        pending.owns.append(self._ask(start, "prof-start", feature, now))
+        pending.owns.append(self._s._ask(start, "prof-start", feature, now))
         # Answered always, and only after the start request was handled (requests are handled
         # in order): its state says whether tracing began.
-        pending.owns.append(self._ask(ddm.ProfilingQuery(), "prof-mprq", "MPRQ", now))
+        pending.owns.append(self._s._ask(ddm.ProfilingQuery(), "prof-mprq", "MPRQ", now))
 
     def _stop_trace(self, pending: PendingCall, now: float) -> None:
         if self._refuse(pending, self._no_ddm(), now):
             return
-        if self.trace_mode == "file" and self.trace_path is not None:
-            pending.owns.append(self._ask(ddm.MethodTraceEnd(), "prof-mpre", "MPRE", now))
+        if self._s.trace_mode == "file" and self._s.trace_path is not None:
+            pending.owns.append(self._s._ask(ddm.MethodTraceEnd(), "prof-mpre", "MPRE", now))
             return
         end: ddm.Chunk = (
-            ddm.SamplingEnd() if self.trace_state == "sampling" else ddm.MethodTraceStreamEnd()
+            ddm.SamplingEnd() if self._s.trace_state == "sampling" else ddm.MethodTraceStreamEnd()
         )
-        pending.owns.append(self._ask(end, "prof-end", ddm.type_name(int(end.chunk_type)), now))
-        self._captures.append(_Capture(pending.call, _MPSE))
-        pending.deadline = now + self.settings.capture
+        pending.owns.append(self._s._ask(end, "prof-end", ddm.type_name(int(end.chunk_type)), now))
+        self._s._captures.append(_Capture(pending.call, _MPSE))
+        pending.deadline = now + self._s.settings.capture
 
     def _dump_hprof(self, pending: PendingCall, request: DumpHprof, now: float) -> None:
         offer = self._offer_hprof()
         if self._refuse(pending, offer["reason"], now):  # type: ignore[arg-type]
             return
-        if any(c.chunk_type == _HPDS for c in self._captures):
-            self._reject(pending, "conflict", f"a heap dump of {self.name} is under way", now)
+        if any(c.chunk_type == _HPDS for c in self._s._captures):
+            self._s.calls._reject(
+                pending, "conflict", f"a heap dump of {self._s.name} is under way", now
+            )
             return
         if offer["mode"] == "file":
             if request.device_path is None:
-                self._reject(
+                self._s.calls._reject(
                     pending,
                     "unsupported",
-                    f"{self.name} writes heap dumps only to a file on the device, which ddmd "
+                    f"{self._s.name} writes heap dumps only to a file on the device, which ddmd "
                     "can fetch only from an Android device (through adb)",
                     now,
                 )
                 return
             dump = ddm.HeapDumpRequest(request.device_path)
-            pending.owns.append(self._ask(dump, "prof-hpdu", "HPDU", now))
-            pending.deadline = now + self.settings.capture
+            pending.owns.append(self._s._ask(dump, "prof-hpdu", "HPDU", now))
+            pending.deadline = now + self._s.settings.capture
             return
-        pending.owns.append(self._ask(ddm.HeapDumpStreamRequest(), "prof-hpds", "HPDS", now))
-        self._captures.append(_Capture(pending.call, _HPDS))
-        pending.deadline = now + self.settings.capture
+        pending.owns.append(self._s._ask(ddm.HeapDumpStreamRequest(), "prof-hpds", "HPDS", now))
+        self._s._captures.append(_Capture(pending.call, _HPDS))
+        pending.deadline = now + self._s.settings.capture
 
     # ------------------------------------------------------------------ settling
 
     def _settle_profiling(self, pending: PendingCall, now: float) -> None:
         request = pending.request
         refused = next((o for o in pending.owns if o.refused()), None)
-        capture = next((c for c in self._captures if c.call == pending.call), None)
+        capture = next((c for c in self._s._captures if c.call == pending.call), None)
         if refused is not None:
             self._drop_capture(capture)
             judgement = refused.judgement
             assert judgement is not None
             if judgement.answer is Answer.FAILED:
-                message = f"{self.name} refused: {judgement.reason}"
-                self._reject(pending, "failed", message, now)
+                message = f"{self._s.name} refused: {judgement.reason}"
+                self._s.calls._reject(pending, "failed", message, now)
             else:
-                self._reject(pending, "unsupported", self.missing(refused.feature), now)
+                self._s.calls._reject(pending, "unsupported", self._s.missing(refused.feature), now)
             return
         if isinstance(request, StartTrace):
             _, query = pending.owns
             if query.done:
                 state = self._mprq_state(query)
                 if state == "off":
-                    self.trace_mode = None
-                    self._reject(pending, "failed", f"{self.name} did not start tracing", now)
+                    self._s.trace_mode = None
+                    self._s.calls._reject(
+                        pending, "failed", f"{self._s.name} did not start tracing", now
+                    )
                     return
                 wanted = "sampling" if request.sampling_us is not None else "method"
-                self.trace_state = state if state != "unknown" else wanted
-                self._resolve(pending, {"trace": self.trace_state, "mode": self.trace_mode}, now)
+                self._s.trace_state = state if state != "unknown" else wanted
+                self._s.calls._resolve(
+                    pending, {"trace": self._s.trace_state, "mode": self._s.trace_mode}, now
+                )
         elif isinstance(request, StopTrace):
             self._settle_stop(pending, capture, now)
         elif isinstance(request, TraceState):
             (query,) = pending.owns
             if query.done:
                 if query.expired:
-                    self._reject(pending, "unsupported", self.missing("MPRQ"), now)
+                    self._s.calls._reject(pending, "unsupported", self._s.missing("MPRQ"), now)
                     return
-                self.trace_state = self._mprq_state(query)
-                self._resolve(pending, {"trace": self.trace_state}, now)
+                self._s.trace_state = self._mprq_state(query)
+                self._s.calls._resolve(pending, {"trace": self._s.trace_state}, now)
         elif isinstance(request, AllocTracker):
             self._settle_allocs(pending, request, now)
         elif isinstance(request, DumpHprof):
@@ -341,24 +325,28 @@ class ProfilingMixin:
                 return
             result = self._first(end, ddm.MethodTraceEndResult)
             if end.expired or result is None or result.result != 0:
-                self._reject(pending, "failed", f"{self.name} could not write its trace", now)
+                self._s.calls._reject(
+                    pending, "failed", f"{self._s.name} could not write its trace", now
+                )
                 return
             self._trace_off()
-            self._resolve(pending, {"device_file": self.trace_path}, now)
+            self._s.calls._resolve(pending, {"device_file": self._s.trace_path}, now)
             return
         if capture.done:
             self._drop_capture(capture)
             if capture.short:
-                self._reject(pending, "failed", f"{self.name} sent a cut-short trace", now)
+                self._s.calls._reject(
+                    pending, "failed", f"{self._s.name} sent a cut-short trace", now
+                )
                 return
             self._trace_off()
-            self._resolve(pending, {"bytes": capture.size}, now)
+            self._s.calls._resolve(pending, {"bytes": capture.size}, now)
         elif now >= pending.deadline:
             self._drop_capture(capture)
             self._trace_off()
             what = "stopped sending its trace for" if capture.started else "sent no trace within"
-            message = f"{self.name} {what} {self.settings.capture:g} s"
-            self._reject(pending, "timed_out", message, now)
+            message = f"{self._s.name} {what} {self._s.settings.capture:g} s"
+            self._s.calls._reject(pending, "timed_out", message, now)
 
     def _settle_dump(self, pending: PendingCall, capture: _Capture | None, now: float) -> None:
         if capture is None:  # file mode: HPDU's answer
@@ -367,28 +355,34 @@ class ProfilingMixin:
                 return
             result = self._first(dump, ddm.HeapDumpResult)
             if dump.expired or result is None or result.result != 0:
-                self._reject(pending, "failed", f"{self.name} could not write a heap dump", now)
+                self._s.calls._reject(
+                    pending, "failed", f"{self._s.name} could not write a heap dump", now
+                )
                 return
             request = pending.request
             assert isinstance(request, DumpHprof)
-            self._resolve(pending, {"device_file": request.device_path}, now)
+            self._s.calls._resolve(pending, {"device_file": request.device_path}, now)
             return
         if capture.done:
             self._drop_capture(capture)
             if capture.short:
-                self._reject(pending, "failed", f"{self.name} sent a cut-short heap dump", now)
+                self._s.calls._reject(
+                    pending, "failed", f"{self._s.name} sent a cut-short heap dump", now
+                )
             else:
-                self._resolve(pending, {"bytes": capture.size}, now)
+                self._s.calls._resolve(pending, {"bytes": capture.size}, now)
         elif now >= pending.deadline and capture.started:
             self._drop_capture(capture)
-            message = f"{self.name} stopped sending its heap dump for {self.settings.capture:g} s"
-            self._reject(pending, "timed_out", message, now)
+            message = (
+                f"{self._s.name} stopped sending its heap dump for {self._s.settings.capture:g} s"
+            )
+            self._s.calls._reject(pending, "timed_out", message, now)
         elif now >= pending.deadline:
             self._drop_capture(capture)
-            self.model.unsupported.setdefault(
-                "HPDS", f"no heap dump arrived within {self.settings.capture:g} s"
+            self._s.model.unsupported.setdefault(
+                "HPDS", f"no heap dump arrived within {self._s.settings.capture:g} s"
             )
-            self._reject(pending, "timed_out", self.missing("HPDS"), now)
+            self._s.calls._reject(pending, "timed_out", self._s.missing("HPDS"), now)
 
     def _settle_allocs(self, pending: PendingCall, request: AllocTracker, now: float) -> None:
         # REAE is answered by silence on ART 9+; REAQ always answers, after REAE was handled.
@@ -397,20 +391,22 @@ class ProfilingMixin:
         query = next(o for o in pending.owns if o.purpose == "prof-reaq")
         status = self._first(query, ddm.AllocTrackingStatus)
         if query.expired or status is None:
-            self.model.unsupported.setdefault(
+            self._s.model.unsupported.setdefault(
                 "REAQ", "no answer; Android 12 removed the allocation tracker"
             )
-            self._reject(pending, "unsupported", self.missing("REAQ"), now)
+            self._s.calls._reject(pending, "unsupported", self._s.missing("REAQ"), now)
             return
         if request.action != "list":
-            self._resolve(pending, {"enabled": status.enabled}, now)
+            self._s.calls._resolve(pending, {"enabled": status.enabled}, now)
             return
         listing = next(o for o in pending.owns if o.purpose == "prof-real")
         chunk = self._first(listing, ddm.Allocations)
         if chunk is None:
-            self._reject(pending, "failed", f"{self.name} sent no allocation list", now)
+            self._s.calls._reject(pending, "failed", f"{self._s.name} sent no allocation list", now)
             return
-        self._resolve(pending, {"enabled": status.enabled, "allocations": chunk.resolved()}, now)
+        self._s.calls._resolve(
+            pending, {"enabled": status.enabled, "allocations": chunk.resolved()}, now
+        )
 
     @staticmethod
     def _first(own: Own, kind: type[_C]) -> _C | None:
@@ -425,17 +421,17 @@ class ProfilingMixin:
         return TRACE_STATES.get(status.state, "unknown")
 
     def _trace_off(self) -> None:
-        self.trace_state, self.trace_mode = "off", None
+        self._s.trace_state, self._s.trace_mode = "off", None
 
     def _drop_capture(self, capture: _Capture | None) -> None:
-        if capture is not None and capture in self._captures:
-            self._captures.remove(capture)
+        if capture is not None and capture in self._s._captures:
+            self._s._captures.remove(capture)
 
     # ------------------------------------------------------------------ the pushed files
 
     def _waiting_capture(self, chunk_type: int) -> _Capture | None:
         return next(
-            (c for c in self._captures if c.chunk_type == chunk_type and not c.started), None
+            (c for c in self._s._captures if c.chunk_type == chunk_type and not c.started), None
         )
 
     def capture_chunk(self, chunk_type: int, data: bytes) -> bool:
@@ -445,16 +441,16 @@ class ProfilingMixin:
             return False
         capture.started = capture.done = True
         capture.size = len(data)
-        self._out.append(Capture(capture.call, data, last=True))
+        self._s._out.append(Capture(capture.call, data, last=True))
         return True
 
     def push_piece(self, data: bytes, first: bool, last: bool) -> list[Command]:
         """A piece of a DDM push too large to hold (the router's relay): the chunk header is
         read from the first bytes; the data of a file some capture waits for is passed on as
         it comes, anything else is dropped (logged once per push)."""
-        if first or self._large is None:
-            self._large = _LargePush(bytearray())
-        large = self._large
+        if first or self._s._large is None:
+            self._s._large = _LargePush(bytearray())
+        large = self._s._large
         out: list[Command] = []
         if large.capture is None and not large.discarded:
             large.head += data
@@ -481,9 +477,9 @@ class ProfilingMixin:
             take = data[: large.remaining]
             large.remaining -= len(take)
             capture.size += len(take)
-            call = self._calls.get(capture.call)
+            call = self._s._calls.get(capture.call)
             if call is not None:  # data flows: the file may take as long as it needs, but a
-                call.deadline = self._now + self.settings.capture  # stall still times out
+                call.deadline = self._s._now + self._s.settings.capture  # stall still times out
             finished = large.remaining == 0 or last
             if take or finished:
                 out.append(Capture(capture.call, take, last=finished))
@@ -493,7 +489,7 @@ class ProfilingMixin:
                 large.capture = None
                 large.discarded = True  # anything after the file's chunk is not ours
         if last:
-            self._large = None
+            self._s._large = None
         return out
 
 

@@ -32,28 +32,25 @@ from typing import Any
 
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import LocalProtocolError, ProtocolError
-from ddmd.protocol.expect import Answer, Expect, Judgement, expectation, judge
-from ddmd.protocol.idmap import Pending
+from ddmd.protocol.expect import expectation
 from ddmd.protocol.jdwp import (
     DDM_COMMAND,
     CommandPacket,
     CommandSet,
-    ReplyPacket,
-    VirtualMachineCommand,
 )
-from ddmd.session.attach import AttachMixin
-from ddmd.session.calls import CallsMixin, Own, PendingCall
+from ddmd.session.attach import Attachments
+from ddmd.session.calls import SELF, Calls, Own, PendingCall
 from ddmd.session.commands import (
     Changed,
     CloseDebugger,
     Command,
     Log,
     Publish,
-    SelectMe,
     SendToDebugger,
     SendToVm,
     WakeMeAt,
 )
+from ddmd.session.conversation import Conversation
 from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
 from ddmd.session.inputs import (
     Call,
@@ -67,10 +64,10 @@ from ddmd.session.inputs import (
     VmConnected,
 )
 from ddmd.session.model import UNNAMED, DebuggerSnapshot, Note, VmModel, VmSnapshot
-from ddmd.session.profiling import ProfilingMixin, _Capture, _LargePush
+from ddmd.session.profiling import Profiling, _Capture, _LargePush
 from ddmd.session.router import Router
 from ddmd.session.settings import SessionSettings
-from ddmd.session.words import missing_sentence, silence_reason, words
+from ddmd.session.words import missing_sentence, words
 
 __all__ = ["TRANSITIONS", "SessionSettings", "VmSession"]
 
@@ -90,19 +87,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
 }
 
 
-class _Self:
-    """The id-map origin of ddmd's own requests."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ddmd"
-
-
-SELF = _Self()
-
-
-class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
+class VmSession:
     """One VM's state machine, DDM conversation, model and routing table."""
 
     def __init__(
@@ -128,8 +113,9 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         self.settings = s = settings or SessionSettings()
         self.state = "connecting"
         self.model = VmModel(expected_pid=expected_pid, max_inflated=s.max_inflated)
+        self.conversation = Conversation(self)
         self.router = Router(
-            on_reply=self._on_reply,
+            on_reply=self.conversation._on_reply,
             on_push=self._on_push,
             on_push_piece=self._on_push_piece,
             max_packet=s.max_packet,
@@ -159,6 +145,9 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         self._now = 0.0
         self._touched = False
         self.reconnects = 0
+        self.calls = Calls(self)
+        self.profiling = Profiling(self)
+        self.attach = Attachments(self)
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -179,31 +168,35 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
             commands, leaving = self.router.debugger_data(item.debugger, item.data)
             out += commands
             if leaving is not None:
-                self._debugger_leaves(item.debugger, leaving, now)
+                self.attach._debugger_leaves(item.debugger, leaving, now)
             elif self.router.attached_count > attached_before:
-                self._attached(item.debugger)
+                self.attach._attached(item.debugger)
             elif not self._touched:
                 self._out = []  # the relay's fast lane, as for VmBytes
                 return out
         elif isinstance(item, Tick):
             self._tick(now)
         elif isinstance(item, Call):
-            self._call(item, now)
+            self.calls._call(item, now)
         elif isinstance(item, VmConnected):
             self._connected(item, now)
         elif isinstance(item, DebuggerJoined):
-            self._debugger_joins(item, now)
+            self.attach._debugger_joins(item, now)
         elif isinstance(item, DebuggerLeft):
-            self._debugger_leaves(item.debugger, item.reason, now)
+            self.attach._debugger_leaves(item.debugger, item.reason, now)
         elif isinstance(item, VmClosed):
             self._closed(item.reason)
         else:
             raise LocalProtocolError(f"VmSession cannot handle {item!r}")
-        self._settle(now)
-        self._poll(now)
+        self.calls._settle(now)
+        self.conversation._poll(now)
         self._schedule(again=isinstance(item, Tick))
         self._out = []
         return out
+
+    def profiling_offer(self) -> dict[str, dict[str, object]]:
+        """Which profiling features this VM offers, and why not (``Profiling``)."""
+        return self.profiling.profiling_offer()
 
     # ------------------------------------------------------------------ the relay lane
 
@@ -249,8 +242,8 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         self._out += self.router.connected()
         for debugger in list(self._waits):
             if debugger in self.router.attached():
-                self._attached(debugger)
-        self._identify(now)
+                self.attach._attached(debugger)
+        self.conversation._identify(now)
         if item.leftover:
             self._out += self.router.vm_data(item.leftover)
         self._out.append(Changed())
@@ -278,7 +271,7 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         self._own.clear()
         self._thst = None
         for pending in list(self._calls.values()):
-            self._reject(pending, "gone", f"{self.name} went away ({why})")
+            self.calls._reject(pending, "gone", f"{self.name} went away ({why})")
 
     # ------------------------------------------------------------------ names
 
@@ -321,125 +314,7 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         self._out.append(send)
         return own
 
-    def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
-        self._touched = True
-        if self.handlers.owns(pending):
-            self.handlers.reply(pending, packet)
-            return []
-        own = self._own.pop(pending.vm_id, None)
-        if own is None:
-            return []
-        if own.purpose == "version":
-            own.judgement = Judgement(Answer.DATA)
-            if not packet.error_code:
-                self.model.description = _jstring(packet.data)
-                self._log("vm.version", description=self.model.description)
-                self._out.append(Changed())
-            return []
-        if own.purpose == "thst" and not packet.error_code:
-            rows = ddm.thread_status_rows(packet.data)
-            if rows is not None:  # the usual poll answer: read quickly, entries that repeat kept
-                own.judgement = Judgement(Answer.DATA)
-                if self.model.apply_thread_rows(rows):
-                    self._out.append(Changed())
-                return []
-        own.judgement = judgement = judge(packet)
-        if judgement.answer is Answer.MALFORMED:
-            self._log("ddm.chunk_malformed", "warning", feature=own.feature, error=judgement.reason)
-        if own.purpose == "helo":
-            self._hello_answered(judgement)
-            return []
-        if own.expect is Expect.QUIET and own.refused():
-            verb = "it refused" if judgement.answer is Answer.FAILED else "it answered"
-            self._mark_unsupported(own.feature, f"{verb}: {judgement.reason}")
-        elif own.expect is Expect.REPLY and judgement.answer is Answer.REFUSED:
-            self._mark_unsupported(own.feature, f"it answered: {judgement.reason}")
-        if judgement.answer is Answer.DATA:
-            if own.purpose == "feat":
-                for chunk in judgement.chunks:
-                    if isinstance(chunk, ddm.FeatReply):
-                        self.model.features = chunk.features
-                        self._out.append(Changed())
-            elif own.purpose != "stkl" and not own.purpose.startswith("prof-"):
-                # Thread states, and the draft's heap info carried in the reply itself.
-                for chunk in judgement.chunks:
-                    self._apply(chunk)
-        if own.purpose == "hpif-now":
-            self._check_heap_probe(own)
-        if own.purpose == "dbgd":
-            acknowledged = judgement.answer is Answer.DATA and any(
-                isinstance(c, ddm.Dbgd) for c in judgement.chunks
-            )
-            self._release_done(acknowledged)
-        return []
-
-    def _expired(self, own: Own) -> None:
-        own.expired = True
-        if own.expect is Expect.REPLY:
-            timeout = self.settings.ddm_request
-            self._log("ddm.request_timed_out", feature=own.feature, timeout=timeout)
-            self._mark_unsupported(own.feature, silence_reason(own.feature, timeout))
-            if own.purpose == "helo":
-                # A DDM VM without handlers, or a silent peer: kept (still debuggable).
-                self._identified()
-        elif own.purpose == "dbgd":
-            self._release_done(False)
-
     # ------------------------------------------------------------------ identification
-
-    def _identify(self, now: float) -> None:
-        if self.model.ddm is False:
-            self._identified()  # a plain JVM, known from an earlier connection
-            return
-        self.model.unsupported.pop("HELO", None)  # one more HELO per connection
-        self._ask(ddm.HeloRequest(1), "helo", "HELO", now)
-
-    def _hello_answered(self, judgement: Judgement) -> None:
-        now = self._now
-        if judgement.answer is Answer.REFUSED:
-            # A VM without DDM (a plain JVM). Only now may ddmd send a non-DDM command, once.
-            self.model.ddm = False
-            self._log("vm.not_ddm")
-            self._mark_unsupported("HELO", f"it answered: {judgement.reason}")
-            vm_id, send = self.router.send_own(
-                SELF,
-                CommandSet.VIRTUAL_MACHINE,
-                VirtualMachineCommand.VERSION,
-                b"",
-                now + self.settings.ddm_request,
-            )
-            self._own[vm_id] = Own("version", "VERSION", Expect.REPLY)
-            self._out.append(send)
-            self._identified()
-            return
-        self.model.ddm = True
-        if judgement.answer is not Answer.DATA:
-            self._log(
-                "vm.hello_failed", error=f"{self.name} sent a malformed answer ({judgement.reason})"
-            )
-            self._identified()
-            self.handlers.connected()
-            return
-        for chunk in judgement.chunks:
-            if isinstance(chunk, ddm.HeloReply):
-                applied = self.model.apply_hello(chunk)
-                self._notes(applied.notes)
-        self._identified()
-        self._ask(ddm.FeatRequest(), "feat", "FEAT", now)
-        # Answered by the THCR burst, then an empty reply or (ART 9+) nothing at all.
-        self._ask(ddm.ThreadNotify(True), "then", "THEN", now)
-        if self.settings.heap_info:
-            self._ask(ddm.HeapInfoRequest(3), "hpif-every-gc", "HPIF", now)
-            self._heap_info_subscribed = True
-            probe = self._ask(ddm.HeapInfoRequest(1), "hpif-now", "HPIF", now)
-            probe.seen = self.model.heap_info_seq
-        self.handlers.connected()  # their set-up requests go out after ddmd's own
-
-    def _identified(self) -> None:
-        if self.state == "identifying":
-            self._goto("identified")
-        self.identified = True
-        self._out.append(Changed(renamed=True))
 
     # ------------------------------------------------------------------ chunk handlers' side
 
@@ -460,16 +335,6 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
     def handler_snapshot(self) -> dict[str, Any]:
         return self._handler_view(self.snapshot())
 
-    def _check_heap_probe(self, own: Own) -> None:
-        """HPIF now always produces heap info where the VM has the handler (pushed before the
-        reply, or in the draft's reply). None at all is the evidence that it lacks heap info,
-        and heap segments with it: Android 12 removed both hooks together (protocol.md 3.8)."""
-        if self.model.heap_info_seq > own.seen or own.refused():
-            return
-        self._heap_info_subscribed = False
-        self._mark_unsupported("HPIF", silence_reason("HPIF", self.settings.ddm_request))
-        self._mark_unsupported("HPSG", "it reports no heap information; Android 12 removed both")
-
     # ------------------------------------------------------------------ pushes
 
     def _on_push(self, packet: CommandPacket) -> list[Command]:
@@ -484,26 +349,7 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
 
     def _on_push_piece(self, data: bytes, first: bool, last: bool) -> list[Command]:
         self._touched = True
-        return self.push_piece(data, first, last)
-
-    def _pushed(self, chunk_type: int, data: bytes, msg_id: int) -> None:
-        """One pushed chunk, for ddmd's own model (``_ModelHandler``)."""
-        if self.capture_chunk(chunk_type, data):
-            return  # a trace or heap dump a call waits for
-        try:
-            chunk = ddm.decode_chunk(chunk_type, data, ddm.Direction.FROM_VM)
-        except ProtocolError as exc:
-            self._log("ddm.chunk_malformed", "warning", error=str(exc), id=msg_id)
-            return
-        self._apply(chunk)
-
-    def _apply(self, chunk: ddm.Chunk) -> None:
-        applied = self.model.apply(chunk)
-        self._notes(applied.notes)
-        if applied.waiting and self.settings.auto_select_waiting and not self.router.attached():
-            self._out.append(SelectMe("waiting for a debugger"))
-        if applied.changed or applied.renamed:
-            self._out.append(Changed(renamed=applied.renamed))
+        return self.profiling.push_piece(data, first, last)
 
     # ------------------------------------------------------------------ time
 
@@ -514,9 +360,9 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
                 continue
             own = self._own.pop(entry.vm_id, None)
             if own is not None:
-                self._expired(own)
+                self.conversation._expired(own)
                 if own.purpose == "hpif-now":
-                    self._check_heap_probe(own)
+                    self.conversation._check_heap_probe(own)
                 if own is self._thst:
                     self._thst = None
         for debugger, deadline in list(self._waits.items()):
@@ -530,27 +376,6 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
                     reason=f"{self.vm_id} did not come back within [timeouts] reconnect",
                 )
                 self._out.append(CloseDebugger(debugger, "the VM did not come back"))
-
-    def _poll(self, now: float) -> None:
-        """THST at a fixed rate (missed ticks skipped) while someone watches the VM."""
-        interval = self.settings.thread_poll_interval
-        watched = self.settings.always_poll_threads or now < self._lease_until
-        if not (
-            watched
-            and self.model.ddm
-            and "THST" not in self.model.unsupported
-            and self.router.ready
-        ):
-            self._next_poll = None
-            return
-        if self._next_poll is None:
-            self._next_poll = now + self.settings.poll_phase * interval
-        if now < self._next_poll:
-            return
-        if self._thst is None or self._thst.done:
-            self._thst = self._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
-        behind = now - self._next_poll
-        self._next_poll += interval * (1 + int(behind // interval))
 
     def _schedule(self, *, again: bool = False) -> None:
         """Ask for a Tick at the earliest deadline: when it changed, and after every Tick
@@ -613,15 +438,6 @@ class VmSession(CallsMixin, ProfilingMixin, AttachMixin):
         )
 
 
-def _jstring(data: bytes) -> str | None:
-    if len(data) < 4:
-        return None
-    n = int.from_bytes(data[:4], "big")
-    if 4 + n > len(data):
-        return None
-    return data[4 : 4 + n].decode("utf-8", errors="replace")
-
-
 class _ModelHandler:
     """ddmd's own chunk handler: every chunk the VM pushes (thread notices, heap info, heap
     segments, names, WAIT) reaches the session's model through the handler host, the same
@@ -633,4 +449,4 @@ class _ModelHandler:
         self._session = session
 
     def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> None:
-        self._session._pushed(chunk_type, data, msg_id)
+        self._session.conversation._pushed(chunk_type, data, msg_id)
