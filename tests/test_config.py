@@ -796,3 +796,110 @@ def test_problems_in_different_sections_are_all_found():
     texts = [str(p) for p in info.value.problems]
     assert "includes [debugger] current_port (8700)" in texts[-2]
     assert "includes [control] port (8710)" in texts[-1]
+
+
+# --- [front]: ddmd's adb front (issue 18)
+
+
+def test_front_defaults():
+    front = Config.default(env=ENV).front
+    assert front.enabled is True
+    assert (front.host, front.port) == ("127.0.0.1", 5038)
+    assert front.on_kill == "refuse"
+    assert (front.open_timeout, front.request_timeout) == (5.0, 10.0)
+
+
+def test_front_values_are_read():
+    front = parse(
+        {
+            "front": {
+                "enabled": False,
+                "host": "::1",
+                "port": 5037,
+                "on_kill": "RELAY",
+                "open_timeout": 1,
+                "request_timeout": 2.5,
+            },
+            "adb": {"port": 5039},
+        }
+    ).front
+    assert (front.enabled, front.host, front.port, front.on_kill) == (False, "::1", 5037, "relay")
+    assert (front.open_timeout, front.request_timeout) == (1.0, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown", "fragment"),
+    [
+        ("enabled", "yes", "'yes'", "expected true or false"),
+        ("port", 0, "0", "port must be between 1 and 65535"),
+        ("port", "5038", "'5038'", "expected a port number"),
+        ("on_kill", "ignore", "'ignore'", "must be one of 'refuse', 'relay'"),
+        ("on_kill", True, "true", "expected one of"),
+        ("open_timeout", 0, "0", "positive"),
+        ("request_timeout", -1, "-1", "positive"),
+        ("request_timeout", "10", "'10'", "expected a number of seconds"),
+        ("host", "", "''", "must not be empty"),
+        ("host", "not a host", "'not a host'", "not an IP address or host name"),
+    ],
+)
+def test_front_bad_values(key, value, shown, fragment):
+    expect_error({"front": {key: value}}, f"front.{key}", shown, fragment)
+
+
+def test_front_unknown_key_lists_its_keys():
+    expect_error(
+        {"front": {"prot": 1}},
+        "front.prot",
+        "1",
+        "did you mean 'port'",
+        "keys in [front]: enabled, host, port, on_kill, open_timeout, request_timeout",
+    )
+
+
+def test_front_non_loopback_host_needs_permission():
+    expect_error({"front": {"host": "0.0.0.0"}}, "front.host", "'0.0.0.0'", "allow_non_loopback")
+    config = parse({"front": {"host": "0.0.0.0"}, "security": {"allow_non_loopback": True}})
+    assert config.front.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"front": {"port": 8650}}, "inside [debugger] ports (8600-8699)"),
+        ({"front": {"port": 8700}}, "same as [debugger] current_port"),
+        ({"front": {"port": 8710}}, "same as [control] port"),
+        ({"front": {"port": 8005}}, "inside [scan] ports (8000-8040)"),
+        ({"front": {"port": 5037}}, "same as [adb] port: the front would relay to itself"),
+        ({"adb": {"port": 5038}}, "same as [adb] port"),
+    ],
+)
+def test_front_port_clashes(data, fragment):
+    if "adb" not in data:
+        data = {**data, "adb": {"port": 5037}}
+    expect_error(data, "front.port", None, fragment)
+
+
+def test_front_port_clashes_are_ignored_when_the_front_is_off():
+    config = parse({"front": {"enabled": False, "port": 8700}})
+    assert config.front.port == 8700
+
+
+def test_front_on_adb_port_is_fine_when_adb_is_moved_or_remote():
+    assert parse({"front": {"port": 5037}, "adb": {"port": 5039}}).front.port == 5037
+    remote = parse({"front": {"port": 5037}, "adb": {"port": 5037, "host": "10.0.0.2"}})
+    assert remote.front.port == 5037
+    # scan disabled: its range no longer matters
+    assert parse({"front": {"port": 8005}, "scan": {"enabled": False}}).front.port == 8005
+
+
+def test_front_port_equal_to_an_env_adb_port_is_left_to_the_front():
+    # ANDROID_ADB_SERVER_PORT=5038 must not stop ddmd from starting: the front itself refuses
+    # that port at run time (with a warning) instead.
+    config = parse({}, env={**ENV, "ANDROID_ADB_SERVER_PORT": "5038"})
+    assert (config.adb.port, config.front.port) == (5038, 5038)
+
+
+def test_front_one_mistake_is_reported_once():
+    with pytest.raises(ConfigError) as info:
+        parse({"front": {"port": "x"}, "debugger": {"current_port": 5038}})
+    assert [p.key for p in info.value.problems] == ["front.port"]

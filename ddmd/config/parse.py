@@ -32,6 +32,7 @@ from ddmd.config.schema import (
     ADB_MODES,
     DEFAULT_ADB_PORT,
     DEFAULTS,
+    FRONT_ON_KILL,
     JDWP_HEADER_SIZE,
     JDWP_MAX_LENGTH,
     LOG_FORMATS,
@@ -46,6 +47,8 @@ from ddmd.config.schema import (
     ControlConfig,
     DebuggerConfig,
     ExtensionsConfig,
+    FrontConfig,
+    FrontOnKill,
     LimitsConfig,
     LogConfig,
     LogFormat,
@@ -492,6 +495,16 @@ def parse_config(
         path=a.get(a.text, "path", allow_empty=False),
     )
 
+    fr = sec["front"]
+    front = FrontConfig(
+        enabled=fr.get(fr.boolean, "enabled"),
+        host=fr.get(fr.listen_host, "host", allow_non_loopback),
+        port=fr.get(fr.port, "port"),
+        on_kill=cast("FrontOnKill", fr.get(fr.choice, "on_kill", FRONT_ON_KILL)),
+        open_timeout=fr.get(fr.seconds, "open_timeout"),
+        request_timeout=fr.get(fr.seconds, "request_timeout"),
+    )
+
     d = sec["debugger"]
     state_file = d.get(d.path, "state_file", env, base_dir)
     debugger = DebuggerConfig(
@@ -564,9 +577,11 @@ def parse_config(
         log=log,
         security=security,
         extensions=extensions,
+        front=front,
         source=source,
     )
     _check_ports(config, sec)
+    _check_front_port(config, sec)
     if len(problems) == 1:
         raise problems[0]
     if problems:
@@ -627,6 +642,58 @@ def _check_ports(config: Config, sec: Mapping[str, _Section]) -> None:
                     scan_raw,
                 )
             )
+
+
+def _check_front_port(config: Config, sec: Mapping[str, _Section]) -> None:
+    """[front] port must not be one of ddmd's other ports, nor the adb server's own port as
+    the file sets it (the front would relay to itself). A port that only comes from
+    ANDROID_ADB_SERVER_PORT is left to the front, which refuses to start on it with a
+    warning: an environment variable must not stop ddmd from starting."""
+    front, dbg, ctl, scan = config.front, config.debugger, config.control, config.scan
+    f = sec["front"]
+    if not front.enabled or f.failed("enabled", "port"):
+        return
+
+    def clean(key: str) -> bool:
+        section, _, name = key.partition(".")
+        return not sec[section].failed(name)
+
+    clashes: list[tuple[bool, str]] = [
+        (
+            clean("debugger.ports") and front.port in dbg.ports,
+            f"inside [debugger] ports ({dbg.ports}); choose a port outside that range",
+        ),
+        (
+            clean("debugger.current_port") and front.port == dbg.current_port,
+            "same as [debugger] current_port; the two need different ports",
+        ),
+        (
+            clean("control.port") and front.port == ctl.port,
+            "same as [control] port; the two need different ports",
+        ),
+        (
+            scan.enabled
+            and clean("scan.enabled")
+            and clean("scan.ports")
+            and front.port in scan.ports,
+            f"inside [scan] ports ({scan.ports}): ddmd would probe its own port",
+        ),
+        (
+            sec["adb"].is_set("port")
+            and clean("adb.port")
+            and clean("adb.host")
+            and front.port == config.adb.port
+            and is_loopback_host(config.adb.host)
+            and clean("front.host")
+            and is_loopback_host(front.host),
+            "same as [adb] port: the front would relay to itself; for a front on adb's usual "
+            "port, move the real server with [adb] port (e.g. 5039)",
+        ),
+    ]
+    for clash, message in clashes:
+        if clash:
+            f.report(f.error("port", message, front.port))
+            return
 
 
 def load_config(

@@ -20,6 +20,8 @@ __all__ = [
     "ADB_MODES",
     "DEFAULTS",
     "DEFAULT_ADB_PORT",
+    "DEFAULT_FRONT_PORT",
+    "FRONT_ON_KILL",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "AdbConfig",
@@ -28,6 +30,8 @@ __all__ = [
     "ControlConfig",
     "DebuggerConfig",
     "ExtensionsConfig",
+    "FrontConfig",
+    "FrontOnKill",
     "LimitsConfig",
     "LogConfig",
     "LogFormat",
@@ -47,16 +51,20 @@ AdbMode = Literal["auto", "on", "off"]
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 UnknownPeer = Literal["allow", "refuse"]
+FrontOnKill = Literal["refuse", "relay"]
 
 ADB_MODES: Final = ("auto", "on", "off")
 LOG_FORMATS: Final = ("auto", "json", "console")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 UNKNOWN_PEER_MODES: Final = ("allow", "refuse")
+FRONT_ON_KILL: Final = ("refuse", "relay")
 #: The longest path a unix socket can have (sun_path holds 108 bytes with the final NUL).
 MAX_SOCKET_PATH: Final = 107
 
 #: Where adb's server listens unless ANDROID_ADB_SERVER_PORT says otherwise (adb's own rule).
 DEFAULT_ADB_PORT: Final = 5037
+#: Where ddmd's adb front listens (Android Studio's "user-managed adb" port default, too).
+DEFAULT_FRONT_PORT: Final = 5038
 #: A JDWP packet header is 11 bytes; its length field is an unsigned 32-bit number.
 JDWP_HEADER_SIZE: Final = 11
 JDWP_MAX_LENGTH: Final = 0xFFFF_FFFF
@@ -77,6 +85,16 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
         ),
         "adb": MappingProxyType(
             {"enabled": "auto", "host": "127.0.0.1", "port": DEFAULT_ADB_PORT, "path": "adb"}
+        ),
+        "front": MappingProxyType(
+            {
+                "enabled": True,
+                "host": "127.0.0.1",
+                "port": DEFAULT_FRONT_PORT,
+                "on_kill": "refuse",
+                "open_timeout": 5.0,
+                "request_timeout": 10.0,
+            }
         ),
         "debugger": MappingProxyType(
             {
@@ -249,6 +267,23 @@ class AdbConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FrontConfig:
+    """[front]: ddmd's adb front, an adb server port of its own that relays every request to
+    the real server ([adb] host/port) and serves ``jdwp:PID`` and JDWP forwards from the VM
+    connections ddmd holds (``ddmd.front``). ``on_kill``: "refuse" answers ``host:kill`` with
+    OKAY and keeps the real server; "relay" lets it die. ``open_timeout``: how long a
+    ``jdwp:PID`` for a VM ddmd has not opened yet waits for it; ``request_timeout``: how long a
+    client may take to send one whole request."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_FRONT_PORT
+    on_kill: FrontOnKill = "refuse"
+    open_timeout: float = 5.0
+    request_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class DebuggerConfig:
     """[debugger]: where debuggers connect. `state_file` is already resolved to a path."""
 
@@ -348,6 +383,7 @@ class Config:
     log: LogConfig
     security: SecurityConfig
     extensions: ExtensionsConfig = field(default_factory=ExtensionsConfig)
+    front: FrontConfig = field(default_factory=FrontConfig)
     source: str | None = field(default=None, compare=False)
 
     @classmethod
