@@ -76,8 +76,15 @@ __all__ = [
 
 log = structlog.get_logger("ddmd.peers")
 
-PortKind = Literal["vm_port", "current_port", "control"]
-PORT_KINDS: Final[tuple[PortKind, ...]] = ("vm_port", "current_port", "control")
+# "front": the adb front's own port; "front_forward": the ports of its JDWP forwards.
+PortKind = Literal["vm_port", "current_port", "control", "front", "front_forward"]
+PORT_KINDS: Final[tuple[PortKind, ...]] = (
+    "vm_port",
+    "current_port",
+    "control",
+    "front",
+    "front_forward",
+)
 
 #: Seconds for one owner lookup (socket tables + user name) before the peer is refused.
 LOOKUP_TIMEOUT: Final = 2.0
