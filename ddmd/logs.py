@@ -165,6 +165,22 @@ class Event(StrEnum):
     DEVICE_VM_FOUND = "device.vm_found"
     DEVICE_VM_OPEN_FAILED = "device.vm_open_failed"
     DEVICE_VM_GONE = "device.vm_gone"
+    # the adb front (ddmd.front): an adb server port of ddmd's own
+    FRONT_LISTENING = "front.listening"
+    FRONT_PORT_IN_USE = "front.port_in_use"  # the front is off; ddmd runs on without it
+    FRONT_DISABLED = "front.disabled"  # a setting keeps the front from running
+    FRONT_BAD_REQUEST = "front.bad_request"  # a length adb's server refuses too
+    FRONT_REQUEST_TIMED_OUT = "front.request_timed_out"
+    FRONT_KILL_REFUSED = "front.kill_refused"  # adb kill-server answered, the server kept
+    FRONT_KILL_RELAYED = "front.kill_relayed"
+    FRONT_JDWP_SERVED = "front.jdwp_served"  # jdwp:PID handed to ddmd's VM connection
+    FRONT_JDWP_RELAYED = "front.jdwp_relayed"  # ddmd does not hold that VM: the server serves it
+    FRONT_FORWARD_ADDED = "front.forward_added"
+    FRONT_FORWARD_REMOVED = "front.forward_removed"
+    FRONT_FORWARD_CONNECTED = "front.forward_connected"
+    FRONT_FORWARD_REFUSED = "front.forward_refused"  # its VM is gone: the connection is closed
+    FRONT_UPSTREAM_UNAVAILABLE = "front.upstream_unavailable"
+    FRONT_SERVER_STOPPED = "front.server_stopped"  # the adb server the front started, at exit
     # control API
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"
