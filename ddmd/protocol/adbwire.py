@@ -282,6 +282,19 @@ class RequestDecoder:
         """Bytes received and not yet returned as a request."""
         return len(self._buffer)
 
+    @property
+    def needed(self) -> int:
+        """At least 1: how many bytes the next request still lacks, as far as is known (a
+        reader that asks for no more than this never reads past a request, so the bytes after
+        it stay in the socket for whoever serves the stream)."""
+        buffer = self._buffer
+        if len(buffer) < 4:
+            return 4 - len(buffer)
+        head = bytes(buffer[:4])
+        if not all(b in _HEX_DIGITS for b in head):
+            return 1
+        return max(1, 4 + int(head, 16) - len(buffer))
+
     def take_buffer(self) -> bytes:
         """Everything buffered (and forget it)."""
         data = bytes(self._buffer)

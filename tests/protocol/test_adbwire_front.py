@@ -118,6 +118,22 @@ def test_bytes_after_a_request_stay_buffered_for_the_relay():
     assert decoder.buffered == 0
 
 
+def test_needed_never_reads_past_a_request():
+    wire = b"0009jdwp:4242JDWP-Handshake"
+    decoder = RequestDecoder()
+    at = 0
+    while (got := decoder.next_request()) is NEED_DATA:
+        step = decoder.needed
+        assert step >= 1
+        decoder.receive_data(wire[at : at + step])
+        at += step
+    assert isinstance(got, Request)
+    assert got.service == "jdwp:4242"
+    assert wire[at:] == b"JDWP-Handshake"  # still "in the socket"
+    assert decoder.buffered == 0
+    assert decoder.needed == 4
+
+
 def test_request_builder_is_what_adb_sends():
     assert request("host:version") == b"000chost:version"
     assert request("host-transport-id:1:get-serialno") == b"0020host-transport-id:1:get-serialno"
