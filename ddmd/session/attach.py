@@ -30,7 +30,9 @@ class Attachments:
 
     def _debugger_joins(self, item: DebuggerJoined, now: float) -> None:
         count = self._s.router.debugger_count()
-        if self._s.state == "closed" or count >= self._s.settings.max_debuggers:
+        # A front socket counts as a debugger only from its first debugger command (router).
+        counted = item.kind == "debugger"
+        if self._s.state == "closed" or (counted and count >= self._s.settings.max_debuggers):
             holders = self._s.router.holders()
             if self._s.state == "closed":
                 reason = f"{self._s.vm_id} is gone"
@@ -49,20 +51,24 @@ class Attachments:
             )
             self._s._out.append(CloseDebugger(item.debugger, "rejected"))
             return
-        self._s._out += self._s.router.debugger_joined(item.debugger, item.via, item.peer)
+        self._s._out += self._s.router.debugger_joined(
+            item.debugger, item.via, item.peer, kind=item.kind, tool=item.tool
+        )
         if not self._s.router.ready:
             self._s._waits[item.debugger] = now + self._s.settings.reconnect
 
     def _attached(self, debugger: int) -> None:
-        """A debugger's handshake completed: the VM no longer waits for one."""
+        """A consumer's handshake completed, or it began to debug: it no longer waits for the
+        VM; once it debugs, the VM no longer waits for a debugger."""
         self._s._waits.pop(debugger, None)
-        self._s.model.waiting = False
+        if debugger in self._s.router.attached():
+            self._s.model.waiting = False
         self._s._out.append(Changed())
 
     def _debugger_leaves(self, debugger: int, reason: str, now: float) -> None:
         self._s._waits.pop(debugger, None)
         counts = self._s.router.debugger_statistics(debugger) or (0, 0, 0, 0)
-        was_attached, commands = self._s.router.debugger_left(debugger)
+        was_attached, debugged, commands = self._s.router.debugger_left(debugger)
         self._s._out += commands
         if not was_attached:
             return
@@ -74,8 +80,8 @@ class Attachments:
             packets_out=counts[1],
         )
         self._s._out.append(Changed())
-        if self._s.router.attached() or self._s.state != "ready":
-            return
+        if not debugged or self._s.router.attached() or self._s.state != "ready":
+            return  # a DDM-only client never made the VM look debugged: nothing to release
         # The last debugger left: make the VM drop its state (breakpoints, suspensions).
         self._s._goto("last debugger left")
         self._s.router.ready = False
@@ -93,7 +99,7 @@ class Attachments:
             self._s._log("ddm.dbgd_acknowledged")
             self._s._out += self._s.router.connected_again()
             for debugger in list(self._s._waits):
-                if debugger in self._s.router.attached():
+                if debugger in self._s.router.connected_consumers():
                     self._attached(debugger)
             self._s._out.append(Changed())
             return

@@ -71,6 +71,7 @@ class Conversation:
             if own.purpose == "feat":
                 for chunk in judgement.chunks:
                     if isinstance(chunk, ddm.FeatReply):
+                        self._s.feat = chunk
                         self._s.model.features = chunk.features
                         self._s._out.append(Changed())
             elif own.purpose != "stkl" and not own.purpose.startswith("prof-"):
@@ -134,6 +135,7 @@ class Conversation:
             return
         for chunk in judgement.chunks:
             if isinstance(chunk, ddm.HeloReply):
+                self._s.hello = chunk
                 applied = self._s.model.apply_hello(chunk)
                 self._s._notes(applied.notes)
         self._identified()

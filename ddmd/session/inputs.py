@@ -41,6 +41,8 @@ class DebuggerJoined:
     debugger: int
     via: str
     peer: str
+    kind: str = "debugger"  # or "front": a socket handed over by the adb front
+    tool: str | None = None  # the program on the other end, when known ("Android Studio")
 
 
 @dataclass(slots=True)  # made per packet, as VmBytes

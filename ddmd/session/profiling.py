@@ -180,6 +180,7 @@ class Profiling:
             if self._refuse(pending, offer["reason"], now):  # type: ignore[arg-type]
                 return
             if request.action in ("start", "stop"):
+                self._s.allocs_on = request.action == "start"
                 enable = ddm.AllocTrackingEnable(request.action == "start")
                 pending.owns.append(self._s._ask(enable, "prof-reae", "REAE", now))
             pending.owns.append(self._s._ask(ddm.AllocTrackingQuery(), "prof-reaq", "REAQ", now))

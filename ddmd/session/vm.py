@@ -51,6 +51,7 @@ from ddmd.session.commands import (
     WakeMeAt,
 )
 from ddmd.session.conversation import Conversation
+from ddmd.session.ddmshare import DdmShare, Switch
 from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
 from ddmd.session.inputs import (
     Call,
@@ -120,7 +121,14 @@ class VmSession:
             on_push_piece=self._on_push_piece,
             max_packet=s.max_packet,
             stream_threshold=s.stream_threshold,
+            share=DdmShare(self._own_wants, self._known_hello, self._known_features),
+            max_debuggers=s.max_debuggers,
+            ddm_timeout=s.ddm_request,
         )
+        # The VM's own HELO and FEAT answers, for consumers that ask again (ddmshare.py).
+        self.hello: ddm.HeloReply | None = None
+        self.feat: ddm.FeatReply | None = None
+        self.allocs_on = False  # ddmd itself turned the allocation tracker on
         self.identified = False
         self.connected_at: float | None = None
         # ddmd's own model of the VM (identity, thread table, heap info and segments) takes
@@ -155,8 +163,10 @@ class VmSession:
         """Feed one input; returns the commands to carry out, in order."""
         out = self._out = []
         self._now = now
+        self.router.now = now
         self._touched = False
         attached_before = self.router.attached_count
+        handshakes_before = self.router.handshakes
         if isinstance(item, VmBytes):
             out += self.router.vm_data(item.data)
             if not self._touched:
@@ -171,6 +181,8 @@ class VmSession:
                 self.attach._debugger_leaves(item.debugger, leaving, now)
             elif self.router.attached_count > attached_before:
                 self.attach._attached(item.debugger)
+            elif self.router.handshakes > handshakes_before:
+                self._out.append(Changed())  # a consumer that speaks DDM only, listed now
             elif not self._touched:
                 self._out = []  # the relay's fast lane, as for VmBytes
                 return out
@@ -193,6 +205,34 @@ class VmSession:
         self._schedule(again=isinstance(item, Tick))
         self._out = []
         return out
+
+    def _own_wants(self, switch: Switch) -> bool:
+        """Whether ddmd itself keeps a VM-wide DDM switch on (ddmshare.py)."""
+        if switch is Switch.THREADS:
+            return self.model.ddm is True and "THEN" not in self.model.unsupported
+        if switch is Switch.HEAP_INFO:
+            return self._heap_info_subscribed
+        if switch is Switch.HEAP_SEGMENTS:
+            return self._segment_users > 0
+        if switch is Switch.ALLOCATIONS:
+            return self.allocs_on
+        if switch is Switch.TRACING:
+            return self.trace_state in ("method", "sampling")
+        return False
+
+    def _known_hello(self) -> bytes | None:
+        """The VM's HELO answer, with the names it reported since (APNM)."""
+        hello = self.hello
+        if hello is None:
+            return None
+        m = self.model
+        changes: dict[str, Any] = {"app_name": m.app or hello.app_name}
+        if hello.package_name is not None and m.package:
+            changes["package_name"] = m.package
+        return ddm.encode_chunk(dataclasses.replace(hello, **changes))
+
+    def _known_features(self) -> bytes | None:
+        return None if self.feat is None else ddm.encode_chunk(self.feat)
 
     def profiling_offer(self) -> dict[str, dict[str, object]]:
         """Which profiling features this VM offers, and why not (``Profiling``)."""
@@ -241,7 +281,7 @@ class VmSession:
             self._log("vm.reconnected")
         self._out += self.router.connected()
         for debugger in list(self._waits):
-            if debugger in self.router.attached():
+            if debugger in self.router.connected_consumers():
                 self.attach._attached(debugger)
         self.conversation._identify(now)
         if item.leftover:
@@ -253,9 +293,10 @@ class VmSession:
             return
         self._goto("closed")
         self._drop_own("the VM disconnected")
-        for debugger in self.router.attached():
+        consumers = self.router.connected_consumers()
+        for debugger in consumers:
             self._log("debugger.detached", debugger=debugger, reason="the VM disconnected")
-        for debugger in (*self.router.attached(), *self._waits):
+        for debugger in dict.fromkeys((*consumers, *self._waits)):
             self._out.append(CloseDebugger(debugger, "the VM disconnected"))
         self._waits.clear()
         self._log("vm.disconnected", reason=reason)

@@ -60,12 +60,18 @@ async def attach(port: int) -> FakeDebugger:
     return debugger
 
 
-async def receive_replies(debugger: FakeDebugger, count: int) -> list[ReplyPacket]:
-    """The next ``count`` replies; fails on any command (event, DDM push) arriving instead."""
+async def receive_replies(
+    debugger: FakeDebugger, count: int, pushes: list[CommandPacket] | None = None
+) -> list[ReplyPacket]:
+    """The next ``count`` replies; fails on any command (event, DDM push) arriving instead,
+    except DDM pushes when ``pushes`` collects them."""
     replies: list[ReplyPacket] = []
     while len(replies) < count:
         packet = await debugger.receive()
         assert packet is not None, f"EOF after {len(replies)} of {count} replies"
+        if pushes is not None and isinstance(packet, CommandPacket) and packet.command_set == 199:
+            pushes.append(packet)
+            continue
         assert isinstance(packet, ReplyPacket), f"unexpected packet for the debugger: {packet}"
         replies.append(packet)
     return replies
@@ -114,7 +120,8 @@ async def test_debugger_ids_and_ddm_are_multiplexed_with_ddmds_own(tmp_path) -> 
             ]
             for packet in sent:
                 await debugger.send(packet)
-            replies = await receive_replies(debugger, len(sent))
+            pushes: list[CommandPacket] = []
+            replies = await receive_replies(debugger, len(sent), pushes)
             assert sorted(r.id for r in replies) == sorted(p.id for p in sent)
             assert all(r.error_code == 0 for r in replies), replies
             by_id: dict[int, list[ReplyPacket]] = {}
@@ -139,12 +146,18 @@ async def test_debugger_ids_and_ddm_are_multiplexed_with_ddmds_own(tmp_path) -> 
             await wait_until(
                 lambda: sim.statistics().thst_requests >= polled + 3, WAIT, what="THST polls"
             )
-            # ... and VM pushes stay with ddmd: a THCR pushed before the next reply never
-            # reaches the debugger (receive_replies fails on any command packet).
+            # ... and the VM's DDM pushes reach ddmd's model and, since this debugger speaks
+            # DDM (its HELO), the debugger too: the thread notices of a churn, never an event.
             await sim.churn()
             await debugger.send(CommandPacket(9, VM, V.VERSION, b""))
-            (reply,) = await receive_replies(debugger, 1)
+            (reply,) = await receive_replies(debugger, 1, pushes)
             assert reply.id == 9
+            kinds = {
+                ddm.type_name(c.chunk_type)
+                for p in pushes
+                for c in ddm.chunks_of(p, ddm.Direction.FROM_VM)
+            }
+            assert {"THCR", "THDE"} & kinds, kinds
             vm = await h.vm(vm_id(port))
             assert vm is not None
             assert vm["threads"] is not None

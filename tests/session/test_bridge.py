@@ -129,10 +129,10 @@ class Bridged:
         if isinstance(item, DebuggerBytes):
             out, leaving = r.debugger_data(item.debugger, item.data)
             if leaving is not None:
-                out += r.debugger_left(item.debugger)[1]
+                out += r.debugger_left(item.debugger)[2]
             return out
         if isinstance(item, DebuggerLeft):
-            return r.debugger_left(item.debugger)[1]
+            return r.debugger_left(item.debugger)[2]
         raise AssertionError(f"no such input {item!r}")
 
     def book(self, *, logs: bool = False) -> Playbook:

@@ -93,7 +93,7 @@ class RouterHarness:
         raise AssertionError(f"no such input {item!r}")
 
     def _leave(self, debugger: int, reason: str) -> list[Command]:
-        attached, out = self.router.debugger_left(debugger)
+        attached, _, out = self.router.debugger_left(debugger)
         self.left.append((debugger, attached, reason))
         return out
 
@@ -342,7 +342,7 @@ def test_late_replies_of_a_departed_debugger_are_dropped_without_a_line_each() -
     assert attached(h, 1, 2)
     for n in range(1, 51):
         r.debugger_data(1, cmd(n, CLASS_BY_SIGNATURE, b"x"))
-    _, left = r.debugger_left(1)
+    _, _, left = r.debugger_left(1)
     (abandoned,) = [
         c for c in left if isinstance(c, Log) and c.event == "debugger.replies_abandoned"
     ]
