@@ -44,6 +44,34 @@ class UpstreamUnavailable(Exception):
 Answer = tuple[bool, bytes]
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it wraps (trio's connect raises one OSError over an ExceptionGroup of
+    the attempts' errors)."""
+    found: list[BaseException] = []
+    todo = [exc]
+    while todo and len(found) < 32:
+        current = todo.pop()
+        found.append(current)
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        if current.__cause__ is not None:
+            todo.append(current.__cause__)
+    return found
+
+
+def _refused(exc: OSError) -> bool:
+    """Nothing listens there (every attempt was refused)."""
+    return any(isinstance(e, ConnectionRefusedError) for e in _causes(exc))
+
+
+def _reason(exc: OSError) -> str:
+    """The most specific message: "Connection refused" rather than "all attempts failed"."""
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.strerror:
+            return str(cause.strerror)
+    return str(exc)
+
+
 class Upstream:
     """The real server at ``[adb] host:port``."""
 
@@ -79,13 +107,13 @@ class Upstream:
         else:
             self._server_up()
             return stream
-        problem = str(first)
-        if isinstance(first, ConnectionRefusedError):
+        problem = _reason(first)
+        if _refused(first):
             problem = await self._start()
             try:
                 stream = await self._open()
             except OSError as exc:
-                problem = f"{problem}; then: {exc}" if problem else str(exc)
+                problem = f"{problem}; then: {_reason(exc)}" if problem else _reason(exc)
             else:
                 self._server_up()
                 return stream
