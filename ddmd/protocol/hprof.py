@@ -7,6 +7,9 @@ a dump in pieces of any size (``feed``) and gives a :class:`HprofSummary` at the
 The format itself (records, sub-records, basic types) is described in
 `ddmd.protocol.hprofwire`, which also holds the result types; this module re-exports them.
 
+The reader parses; what it counts, and the names it needs for that, are kept by its
+:class:`~ddmd.protocol.hproftally.HprofTally`, which also builds the summary.
+
 Rules of this reader (its own decisions):
 
 * **Memory.** It never holds the file, nor a whole heap-dump segment: sub-records are parsed
@@ -46,10 +49,10 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from ddmd.protocol.errors import LocalProtocolError
+from ddmd.protocol.hproftally import HprofTally
 from ddmd.protocol.hprofwire import (
     ANDROID_HEAPS,
     DEFAULT_HEAP,
-    HEAP_TYPE_NAMES,
     MAGIC_ANDROID,
     MAGIC_STANDARD,
     PRIMITIVE_SIZES,
@@ -91,13 +94,9 @@ __all__ = [
 _MAGIC_PREFIX: Final = b"JAVA PROFILE "
 _MAX_MAGIC: Final = 64  # the version string and its NUL fit in this
 
-_KNOWN_HEAP_NAMES: Final = frozenset(n.encode() for n in (*ANDROID_HEAPS, DEFAULT_HEAP))
-
 #: A STRING record longer than this is skipped, not kept (no class or heap name is that long).
 MAX_STRING_BYTES: Final = 1 << 20
 DEFAULT_CHUNK_SIZE: Final = 1 << 20
-
-_CLASS_KEY: Final = -1  # tally key of class objects (CLASS DUMP); primitive arrays use -type
 
 # Sub-record types as plain ints, for the hot loop.
 _INSTANCE: Final = int(HeapTag.INSTANCE_DUMP)
@@ -148,17 +147,7 @@ class HprofReader:
         self._record_tag = 0
         self._record_left = 0  # body bytes of the current buffered or heap record
         self._seen_heap_dump = False
-
-        self._strings: dict[int, bytes] = {}
-        self._class_names: dict[int, str | int] = {}  # class id -> name, or its string id
-        self._heap_names: list[str] = []
-        self._heap_of: dict[str, int] = {}
-        self._counts: list[dict[int, int]] = []
-        self._sizes: list[dict[int, int]] = []
-        self._cur_counts: dict[int, int] = {}
-        self._cur_sizes: dict[int, int] = {}
-        self._heap_info = False
-        self._current_heap = -1
+        self._tally = HprofTally()  # names, per-heap counts, the summary
 
         # class dump in progress
         self._cd_phase = 0
@@ -221,7 +210,7 @@ class HprofReader:
                 f"the file ends at byte {self._offset + pending} inside {where}: "
                 "the dump is truncated"
             )
-        return self._summary()
+        return self._tally.summary(self._version, self._id_size, self._timestamp_ms)
 
     # ------------------------------------------------------------------ driving
 
@@ -325,7 +314,7 @@ class HprofReader:
         if tag in (RecordTag.HEAP_DUMP, RecordTag.HEAP_DUMP_SEGMENT):
             if not self._seen_heap_dump:
                 self._seen_heap_dump = True
-                self._prune_strings()
+                self._tally.prune_strings()
             self._state = self._heap_records
         elif tag == RecordTag.STRING:
             if length < self._id_size:
@@ -348,7 +337,7 @@ class HprofReader:
             return False
         at = self._take(n)
         (string_id,) = self._id.unpack_from(self._buf, at)
-        self._strings[string_id] = bytes(self._buf[at + self._id_size : at + n])
+        self._tally.strings[string_id] = bytes(self._buf[at + self._id_size : at + n])
         self._state = self._record_header
         return True
 
@@ -358,46 +347,24 @@ class HprofReader:
             return False
         at = self._take(self._load_class.size)
         _serial, class_id, _stack, name_id = self._load_class.unpack_from(self._buf, at)
-        raw = self._strings.get(name_id)
-        self._class_names[class_id] = name_id if raw is None else _class_name(raw)
+        self._tally.load_class(class_id, name_id)
         self._skip = n - self._load_class.size  # nothing else is defined; tolerate extra bytes
         self._state = self._record_header
         return True
 
-    def _prune_strings(self) -> None:
-        """At the first heap dump: keep only the strings that may still be asked for."""
-        wanted = {ref for ref in self._class_names.values() if isinstance(ref, int)}
-        self._strings = {
-            sid: raw
-            for sid, raw in self._strings.items()
-            if sid in wanted or raw in _KNOWN_HEAP_NAMES
-        }
-
     # ------------------------------------------------------------------ heap sub-records
-
-    def _switch_heap(self, name: str) -> None:
-        index = self._heap_of.get(name)
-        if index is None:
-            index = len(self._heap_names)
-            self._heap_names.append(name)
-            self._heap_of[name] = index
-            self._counts.append({})
-            self._sizes.append({})
-        self._current_heap = index
-        self._cur_counts = self._counts[index]
-        self._cur_sizes = self._sizes[index]
 
     def _heap_records(self) -> bool:
         """Parse as many sub-records as are buffered (the hot loop of the reader)."""
-        if self._current_heap < 0:
-            self._switch_heap(DEFAULT_HEAP)
+        tally = self._tally
+        tally.ensure_heap()
         buf = self._buf
         end = len(buf)
         pos = self._pos
         left = self._record_left
         ids = self._id_size
-        counts = self._cur_counts
-        sizes = self._cur_sizes
+        counts = tally.counts
+        sizes = tally.sizes
         progress = False
         try:
             while left:
@@ -455,9 +422,9 @@ class HprofReader:
                         pos += hl
                         left -= hl
                         progress = True
-                        self._heap_info = True
-                        self._switch_heap(self._heap_name(heap_type, name_id))
-                        counts, sizes = self._cur_counts, self._cur_sizes
+                        tally.heap_info = True
+                        tally.switch_heap(tally.heap_name(heap_type, name_id))
+                        counts, sizes = tally.counts, tally.sizes
                         continue
                     if tag == _CLASS_DUMP:
                         hl = 1 + self._class_head.size
@@ -505,12 +472,6 @@ class HprofReader:
                 f"segment ({left} bytes left)",
                 self._offset + pos - self._pos,
             )
-
-    def _heap_name(self, heap_type: int, name_id: int) -> str:
-        raw = self._strings.get(name_id)
-        if raw:
-            return raw.decode("utf-8", "replace")
-        return HEAP_TYPE_NAMES.get(heap_type, f"heap 0x{heap_type:X}")
 
     def _class_dump(self) -> bool:
         """The variable part of a CLASS DUMP, one entry at a time."""
@@ -563,64 +524,8 @@ class HprofReader:
         return avail >= need
 
     def _finish_class_dump(self) -> None:
-        if self._current_heap < 0:
-            self._switch_heap(DEFAULT_HEAP)
-        counts, sizes = self._cur_counts, self._cur_sizes
-        counts[_CLASS_KEY] = counts.get(_CLASS_KEY, 0) + 1
-        sizes[_CLASS_KEY] = sizes.get(_CLASS_KEY, 0) + self._cd_static_bytes
+        self._tally.add_class_object(self._cd_static_bytes)
         self._state = self._heap_records
-
-    # ------------------------------------------------------------------ the result
-
-    def _name_of(self, key: int) -> str:
-        if key == _CLASS_KEY:
-            return "java.lang.Class"
-        if key < 0:
-            return primitive_array_name(-key)
-        ref = self._class_names.get(key)
-        if isinstance(ref, str):
-            return ref
-        raw = self._strings.get(ref) if ref is not None else None
-        if raw is not None:
-            return _class_name(raw)
-        return f"class@0x{key:x}"
-
-    def _summary(self) -> HprofSummary:
-        totals: dict[str, list[int]] = {}  # name -> [instances, bytes, then per heap pairs]
-        heap_count = len(self._heap_names)
-        for index in range(heap_count):
-            sizes = self._sizes[index]
-            for key, count in self._counts[index].items():
-                name = self._name_of(key)
-                row = totals.get(name)
-                if row is None:
-                    row = totals[name] = [0] * (2 + 2 * heap_count)
-                shallow = sizes[key]
-                row[0] += count
-                row[1] += shallow
-                row[2 + 2 * index] += count
-                row[3 + 2 * index] += shallow
-        used = [i for i in range(heap_count) if self._counts[i]]
-        order = sorted(used, key=lambda i: _heap_rank(self._heap_names[i], i))
-        entries = []
-        for name, row in totals.items():
-            shares = tuple(
-                HeapShare(self._heap_names[i], row[2 + 2 * i], row[3 + 2 * i])
-                for i in order
-                if row[2 + 2 * i]
-            )
-            entries.append(ClassEntry(name, row[0], row[1], shares))
-        entries.sort(key=lambda e: (-e.shallow_bytes, -e.instances, e.name))
-        return HprofSummary(
-            version=self._version,
-            id_size=self._id_size,
-            timestamp_ms=self._timestamp_ms,
-            heap_info=self._heap_info,
-            heaps=tuple(self._heap_names[i] for i in order),
-            classes=tuple(entries),
-            instances=sum(e.instances for e in entries),
-            shallow_bytes=sum(e.shallow_bytes for e in entries),
-        )
 
 
 def _sub_record_words(tag: int) -> str:
@@ -635,15 +540,6 @@ def _sub_record_words(tag: int) -> str:
     if tag == _HEAP_DUMP_INFO:
         return "a heap switch record"
     return "a GC root record"
-
-
-def _heap_rank(name: str, index: int) -> tuple[int, int]:
-    order = (*ANDROID_HEAPS, DEFAULT_HEAP)
-    return (order.index(name), 0) if name in order else (len(order), index)
-
-
-def _class_name(raw: bytes) -> str:
-    return java_class_name(raw.decode("utf-8", "replace"))
 
 
 # --------------------------------------------------------------------------- conveniences
