@@ -1,7 +1,9 @@
 """Simulated VMs: tools for users (``ddmd sim``, ``ddmd demo``) and for tests, not part of the
 daemon.
 
-* `vm`: `SimVm`, one simulated DDM-speaking VM on a loopback port; `connection`: one client
+* `vm`: `SimVm`, one simulated DDM-speaking VM on a loopback port, composed of `link` (the
+  listening socket, one connection at a time, replies and pushes), `ddmhandlers` (the
+  answers to DDM requests) and `gc` (the heap layout and the GC); `connection`: one client
   connection (send lock, handshake).
 * `config`: `SimConfig`, the flavours, `SimStatistics`.
 * `threads`, `heap`, `jdwp`: the VM's thread table, heap layout and plain JDWP handlers.

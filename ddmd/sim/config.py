@@ -185,7 +185,7 @@ class SimStatistics:
     thst_requests: int
     replies_sent: int
     replies_received: int  # reply packets sent TO the VM: a correct server sends none
-    duplicate_outstanding_ids: int  # command ids reused within ``ID_WINDOW`` commands (`sim.vm`)
+    duplicate_outstanding_ids: int  # command ids reused within ``ID_WINDOW`` commands (`sim.link`)
     pushes_sent: int
     gcs: int
     live_threads: int

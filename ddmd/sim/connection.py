@@ -1,7 +1,8 @@
 """One connection of a simulated VM: the stream, its send lock, what the client enabled, and
 the handshake.
 
-Layer: imports `ddmd.protocol` (the packet decoder) and trio; used by `sim.vm`.
+Layer: imports `ddmd.protocol` (the packet decoder) and trio; used by `sim.link` and the
+handlers (`sim.vm`, `sim.ddmhandlers`, `sim.ddms`).
 """
 
 from __future__ import annotations
