@@ -1,19 +1,21 @@
-"""`DdmClient`: the listening socket, one DDM server connection at a time, request dispatch,
-pushes and the connect/disconnect callbacks. The package docstring (`ddmd.client`) is the
-user's guide; this module documents the mechanics.
+"""`DdmClient`: the public face of a DDM client that is not a VM: its settings, its handler and
+callback registration, pushes, and serving. The package docstring (`ddmd.client`) is the
+user's guide; the mechanics live in two parts the client owns and delegates to:
+`ddmd.client.link` (`ClientLink`: the listening socket, one DDM server connection at a time,
+the read loop, pushes and the connect/disconnect callbacks) and `ddmd.client.requests`
+(`RequestAnswerer`: the handler table and the reply to each request).
 
-Layer: ``ddmd.protocol`` (JDWP framing, DDM chunks), `ddmd.client.identity`, trio and structlog;
-nothing of the daemon.
+Layer: ``ddmd.protocol`` (DDM chunks), `ddmd.client.identity`, trio and structlog; nothing of
+the daemon.
 """
 
 from __future__ import annotations
 
-import inspect
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar
+from typing import TypeVar
 
 import structlog
 import trio
@@ -25,43 +27,15 @@ from ddmd.client.identity import (
     chunk_type_code,
     outgoing_chunk,
 )
-from ddmd.protocol import ddm
-from ddmd.protocol.errors import ProtocolError
-from ddmd.protocol.jdwp import (
-    HANDSHAKE,
-    NEED_DATA,
-    CommandPacket,
-    ConnectionClosed,
-    ErrorCode,
-    Handshake,
-    PacketDecoder,
-    ReplyPacket,
-    encode,
-)
+from ddmd.client.link import Callback, ClientLink, NotConnectedError
+from ddmd.client.requests import ChunkReply, RequestAnswerer, RequestHandler
 
 __all__ = ["ChunkReply", "ClientStatistics", "DdmClient", "NotConnectedError", "RequestHandler"]
 
 logger = structlog.get_logger("ddmd.client")
 
-#: What a request handler returns: ``(chunk type, chunk data)`` for the reply chunk, or None
-#: for an empty reply ("done, nothing to say").
-ChunkReply: TypeAlias = tuple[str, bytes] | None
-#: A request handler: gets the request's chunk data. Plain functions and coroutine functions
-#: are both accepted.
-RequestHandler: TypeAlias = Callable[[bytes], ChunkReply | Awaitable[ChunkReply]]
-#: A connect or disconnect callback: a plain function, or a coroutine function.
-Callback: TypeAlias = Callable[[], object]
-
 H = TypeVar("H", bound=RequestHandler)
 C = TypeVar("C", bound=Callback)
-
-# VMs number the commands they send themselves (pushes) apart from the server's ids; this is
-# ART 9+'s scheme (protocol.md 1.3): a counter with bit 31 forced on, first id 0x80000001.
-_PUSH_ID_BIT: Final = 0x80000000
-_PUSH_ID_MASK: Final = 0x7FFFFFFF
-_FAIL_CODE: Final = 1  # the generic failure code of Android's framework handlers (2.5)
-_FAIL_MESSAGE_MAX: Final = 300  # characters of an exception message carried in a FAIL chunk
-_RECEIVE_SIZE: Final = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,50 +50,6 @@ class ClientStatistics:
     malformed_requests: int  # ... of them: chunks that do not parse (an empty reply)
     refused_commands: int  # non-DDM JDWP commands (NOT_IMPLEMENTED)
     pushes: int  # chunks sent with send_chunk
-
-
-class NotConnectedError(Exception):
-    """`DdmClient.send_chunk` found no DDM server connected, or the connection broke (or a send
-    timed out) while the chunk was being written."""
-
-
-class _Connection:
-    """One accepted connection: its stream, the send lock, and the scope that ends it."""
-
-    def __init__(self, stream: trio.SocketStream, peer: str, send_timeout: float) -> None:
-        self.stream = stream
-        self.peer = peer
-        self.send_timeout = send_timeout
-        self.lock = trio.StrictFIFOLock()
-        self.scope = trio.CancelScope()
-        self.broken = False
-
-    async def send(self, data: bytes) -> None:
-        """Write one whole packet under the lock. A failed or timed-out send leaves an unknown
-        part of the packet written: the connection is marked broken and ended."""
-        if self.broken:
-            raise NotConnectedError("the connection to the DDM server is closing")
-        async with self.lock:
-            try:
-                with trio.fail_after(self.send_timeout):
-                    await self.stream.send_all(data)
-            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self.broken = True
-                self.scope.cancel()
-                why = (
-                    f"the DDM server read nothing for {self.send_timeout:g} s"
-                    if isinstance(exc, trio.TooSlowError)
-                    else "the connection to the DDM server broke"
-                )
-                raise NotConnectedError(why) from None
-
-
-async def _receive(stream: trio.SocketStream) -> bytes:
-    """The next bytes from ``stream``; b"" once it is closed or broken."""
-    try:
-        return await stream.receive_some(_RECEIVE_SIZE)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return b""
 
 
 def _positive(name: str, value: float) -> float:
@@ -181,27 +111,21 @@ class DdmClient:
         self._identity = Identity.local(
             app_name, pid=pid, package_name=package_name, vm_ident=vm_ident
         )
-        self._host = host
-        self._port = port
-        self._handshake_timeout = _positive("handshake_timeout", handshake_timeout)
-        self._send_timeout = _positive("send_timeout", send_timeout)
-        self._handler_timeout = _positive("handler_timeout", handler_timeout)
-        self._max_packet = max_packet
-        self._handlers: dict[int, tuple[str, RequestHandler]] = {}
-        self._on_connected: list[Callback] = []
-        self._on_disconnected: list[Callback] = []
-        self._conn: _Connection | None = None
+        handshake_timeout = _positive("handshake_timeout", handshake_timeout)
+        send_timeout = _positive("send_timeout", send_timeout)
+        handler_timeout = _positive("handler_timeout", handler_timeout)
+        self._requests = RequestAnswerer(self._identity, handler_timeout)
+        self._link = ClientLink(
+            host=host,
+            port=port,
+            handshake_timeout=handshake_timeout,
+            send_timeout=send_timeout,
+            handler_timeout=handler_timeout,
+            max_packet=max_packet,
+            requests=self._requests,
+            log=logger.bind(app=app_name),
+        )
         self._serving = False
-        self._push_serial = 0
-        self._connections = 0
-        self._ddm_requests = 0
-        self._unhandled = 0
-        self._failed = 0
-        self._malformed = 0
-        self._refused = 0
-        self._pushes = 0
-        self._seen: set[str] = set()  # what was logged once on this connection
-        self._log = logger.bind(app=app_name)
 
     # ------------------------------------------------------------------------- properties
 
@@ -216,12 +140,12 @@ class DdmClient:
 
     @property
     def host(self) -> str:
-        return self._host
+        return self._link.host
 
     @property
     def port(self) -> int:
         """The listening port: the real one once `serve` listens (also when given as 0)."""
-        return self._port
+        return self._link.port
 
     @property
     def identity(self) -> Identity:
@@ -231,24 +155,25 @@ class DdmClient:
     @property
     def chunk_types(self) -> tuple[str, ...]:
         """The request types with a handler, sorted: the FEAT reply lists them."""
-        return tuple(sorted(name for name, _ in self._handlers.values()))
+        return self._requests.chunk_types
 
     @property
     def connected(self) -> bool:
         """True while a DDM server is connected (from the handshake to the end)."""
-        return self._conn is not None and not self._conn.broken
+        return self._link.connected
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client's counters."""
+        requests = self._requests
         return ClientStatistics(
-            connections=self._connections,
+            connections=self._link.connections,
             connected=self.connected,
-            ddm_requests=self._ddm_requests,
-            unhandled_requests=self._unhandled,
-            failed_requests=self._failed,
-            malformed_requests=self._malformed,
-            refused_commands=self._refused,
-            pushes=self._pushes,
+            ddm_requests=requests.ddm_requests,
+            unhandled_requests=requests.unhandled,
+            failed_requests=requests.failed,
+            malformed_requests=requests.malformed,
+            refused_commands=requests.refused,
+            pushes=self._link.pushes,
         )
 
     # ------------------------------------------------------------------------- registration
@@ -270,13 +195,13 @@ class DdmClient:
         code = chunk_type_code(chunk_type)
         if chunk_type in BUILT_IN_TYPES:
             raise ValueError(f"{chunk_type} is answered by DdmClient itself")
-        if code in self._handlers:
+        if self._requests.has_handler(code):
             raise ValueError(f"chunk type {chunk_type} already has a handler")
 
         def register(handler: H) -> H:
             if not callable(handler):
                 raise ValueError(f"on_chunk({chunk_type!r}) needs a function, not {handler!r}")
-            self._handlers[code] = (chunk_type, handler)
+            self._requests.add_handler(code, chunk_type, handler)
             return handler
 
         return register
@@ -292,7 +217,7 @@ class DdmClient:
         """
         if not callable(callback):
             raise ValueError(f"on_connected needs a function, not {callback!r}")
-        self._on_connected.append(callback)
+        self._link.on_connected.append(callback)
         return callback
 
     def on_disconnected(self, callback: C) -> C:
@@ -301,7 +226,7 @@ class DdmClient:
         function is awaited, for at most ``handler_timeout`` seconds."""
         if not callable(callback):
             raise ValueError(f"on_disconnected needs a function, not {callback!r}")
-        self._on_disconnected.append(callback)
+        self._link.on_disconnected.append(callback)
         return callback
 
     # ------------------------------------------------------------------------- pushing
@@ -317,13 +242,7 @@ class DdmClient:
         code = chunk_type_code(chunk_type)
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ValueError(f"chunk data must be bytes, not {type(data).__name__}")
-        chunk = outgoing_chunk(code, bytes(data))
-        conn = self._conn
-        if conn is None:
-            raise NotConnectedError("no DDM server is connected")
-        self._push_serial = (self._push_serial % _PUSH_ID_MASK) + 1
-        await conn.send(encode(ddm.ddm_command(_PUSH_ID_BIT | self._push_serial, chunk)))
-        self._pushes += 1
+        await self._link.push(outgoing_chunk(code, bytes(data)))
 
     # ------------------------------------------------------------------------- serving
 
@@ -340,22 +259,7 @@ class DdmClient:
             raise RuntimeError(f"{self.app_name}: serve() is already running")
         self._serving = True
         try:
-            listener = await self._listen()
-            self._port = listener.socket.getsockname()[1]
-            self._log = self._log.bind(port=self._port)
-            self._log.info("client.listening", host=self._host)
-            task_status.started(self._port)
-            while True:
-                stream = await self._accept(listener)
-                try:
-                    await self._serve_connection(stream)
-                except Exception:  # the edge: one connection's bug never stops the client
-                    self._log.exception("client.connection_failed")
-                finally:
-                    with trio.move_on_after(1) as cleanup:
-                        cleanup.shield = True
-                        await stream.aclose()
-                listener = await self._listen_again()
+            await self._link.serve(task_status)
         finally:
             self._serving = False
 
@@ -373,254 +277,6 @@ class DdmClient:
                 return  # signals reach only the main thread; serve until cancelled
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
-                    self._log.info("client.stopping", signal=signal.Signals(signum).name)
+                    self._link.log.info("client.stopping", signal=signal.Signals(signum).name)
                     nursery.cancel_scope.cancel()
                     return
-
-    async def _listen(self) -> trio.SocketListener:
-        listeners = await trio.open_tcp_listeners(self._port, host=self._host, backlog=4)
-        for extra in listeners[1:]:
-            await extra.aclose()
-        return listeners[0]
-
-    async def _accept(self, listener: trio.SocketListener) -> trio.SocketStream:
-        """The next connection; the listener is closed once it is in (or on cancellation).
-        Running out of file descriptors or memory is waited out, as trio's serve_listeners
-        does."""
-        try:
-            while True:
-                try:
-                    return await listener.accept()
-                except OSError as exc:
-                    self._log.warning("client.accept_failed", error=str(exc))
-                    await trio.sleep(0.1)
-        finally:
-            await listener.aclose()
-
-    async def _listen_again(self) -> trio.SocketListener:
-        """Rebind the port after a connection. It can be taken for a moment (an outgoing
-        connection's local port, or someone else's listener): retry with back-off."""
-        delay = 0.01
-        warned = False
-        while True:
-            try:
-                listener = await self._listen()
-            except OSError as exc:
-                if not warned:
-                    self._log.warning("client.port_busy", error=str(exc))
-                    warned = True
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            if warned:
-                self._log.info("client.listening", host=self._host)
-            return listener
-
-    # ------------------------------------------------------------------------- one connection
-
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        try:
-            host, port, *_ = stream.socket.getpeername()
-            peer = f"{host}:{port}"
-        except OSError:
-            peer = "?"
-        decoder = PacketDecoder(expect_handshake=True, max_length=self._max_packet)
-        with trio.move_on_after(self._handshake_timeout) as waited:
-            error = await self._read_handshake(stream, decoder)
-        if waited.cancelled_caught:
-            error = f"no handshake within {self._handshake_timeout:g} s"
-        if error is not None:
-            self._log.info("client.handshake_failed", peer=peer, error=error)
-            return
-        conn = _Connection(stream, peer, self._send_timeout)
-        try:
-            async with conn.lock:
-                # Published under the send lock: a push from another task waits for the echo.
-                self._conn = conn
-                with trio.fail_after(self._send_timeout):
-                    await stream.send_all(HANDSHAKE)
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
-            self._conn = None
-            self._log.info("client.handshake_failed", peer=peer, error="the echo was not sent")
-            return
-        self._connections += 1
-        self._seen.clear()
-        self._log.info("client.connected", peer=peer)
-        try:
-            with conn.scope:
-                async with trio.open_nursery() as nursery:
-                    for callback in self._on_connected:
-                        self._connected_callback(nursery, callback)
-                    await self._read_loop(conn, decoder)
-                    nursery.cancel_scope.cancel()
-        finally:
-            self._conn = None
-            conn.broken = True
-            self._log.info("client.disconnected", peer=peer)
-            for callback in self._on_disconnected:
-                await self._disconnected_callback(callback)
-
-    @staticmethod
-    async def _read_handshake(stream: trio.SocketStream, decoder: PacketDecoder) -> str | None:
-        """None once the server's handshake is in, else why not (the caller bounds the wait)."""
-        while True:
-            try:
-                event = decoder.next_event()
-            except ProtocolError as exc:
-                return str(exc)
-            if isinstance(event, Handshake):
-                return None
-            if event is not NEED_DATA:
-                return "the connection closed before the handshake"
-            decoder.receive_data(await _receive(stream))
-
-    async def _read_loop(self, conn: _Connection, decoder: PacketDecoder) -> None:
-        # No read deadline: a server may send nothing for hours (ddmd asks for nothing once it
-        # knows who the client is); the connection lasts as long as the server keeps it.
-        while True:
-            try:
-                event = decoder.next_event()
-            except ProtocolError as exc:
-                # Framing is lost (a bad length or flags): nothing after it can be trusted.
-                self._log.warning("client.protocol_error", peer=conn.peer, error=str(exc))
-                return
-            if event is NEED_DATA:
-                decoder.receive_data(await _receive(conn.stream))
-                continue
-            if isinstance(event, ConnectionClosed):
-                return
-            if isinstance(event, ReplyPacket):
-                # Nothing the client sends expects a reply (protocol.md 1.6): drop it.
-                self._log.debug("client.reply_dropped", id=event.id)
-                continue
-            if not isinstance(event, CommandPacket):  # pragma: no cover - nothing is streamed
-                continue
-            if ddm.is_ddm(event):
-                self._ddm_requests += 1
-                reply = await self._answer_ddm(event)
-            else:
-                self._refused += 1
-                command = f"{event.command_set}/{event.command}"
-                if self._first_time(command):
-                    self._log.debug("client.command_refused", command=command)
-                reply = ReplyPacket(event.id, ErrorCode.NOT_IMPLEMENTED)
-            try:
-                await conn.send(encode(reply))
-            except NotConnectedError:
-                return
-
-    # ------------------------------------------------------------------------- DDM requests
-
-    async def _answer_ddm(self, packet: CommandPacket) -> ReplyPacket:
-        """The reply to one DDM request. Only the first chunk of a packet is handled (what
-        Dalvik and ART 9+ do, protocol.md 2.4)."""
-        try:
-            chunks = ddm.decode_chunks(packet.data, ddm.Direction.TO_VM)
-            if not chunks:
-                raise ProtocolError("the packet carries no chunk")
-        except ProtocolError as exc:
-            # As Dalvik and ART 5-8 do: an empty reply, so the request still ends.
-            self._malformed += 1
-            self._log.warning("client.request_malformed", id=packet.id, error=str(exc))
-            return ReplyPacket(packet.id)
-        chunk = chunks[0]
-        if isinstance(chunk, ddm.HeloRequest):
-            return _reply(packet.id, self._identity.hello())
-        if isinstance(chunk, ddm.FeatRequest):
-            return _reply(packet.id, ddm.FeatReply(self.chunk_types))
-        if isinstance(chunk, ddm.Dbgd):
-            return _reply(packet.id, ddm.Dbgd())
-        entry = self._handlers.get(chunk.chunk_type)
-        if entry is None:
-            # No handler: an empty reply, as the draft, Dalvik, ART 5-8 and ART with its agent
-            # answer an unknown type (ART 9+ without the agent sends nothing at all).
-            self._unhandled += 1
-            name = ddm.type_name(chunk.chunk_type)
-            if self._first_time(name):
-                self._log.debug("client.request_unhandled", type=name)
-            return ReplyPacket(packet.id)
-        name, handler = entry
-        return ReplyPacket(packet.id, 0, await self._call_handler(name, handler, chunk))
-
-    async def _call_handler(self, name: str, handler: RequestHandler, chunk: ddm.Chunk) -> bytes:
-        """The reply's data: the handler's chunk, nothing, or a FAIL chunk."""
-        try:
-            with trio.fail_after(self._handler_timeout):
-                result = handler(chunk.encode_data())
-                if inspect.isawaitable(result):
-                    result = await result
-            if result is None:
-                return b""
-            return _result_chunk(result)
-        except trio.TooSlowError:
-            why = f"the {name} handler did not finish within {self._handler_timeout:g} s"
-            self._failed += 1
-            self._log.warning("client.handler_failed", type=name, error=why)
-            return ddm.encode_chunk(ddm.Fail(_FAIL_CODE, why))
-        except Exception as exc:
-            self._failed += 1
-            self._log.warning("client.handler_failed", type=name, error=repr(exc), exc_info=True)
-            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return ddm.encode_chunk(ddm.Fail(_FAIL_CODE, message[:_FAIL_MESSAGE_MAX]))
-
-    def _first_time(self, what: str) -> bool:
-        """True the first time on this connection: a server polling a type the client does
-        not serve (ddmd's thread-state polls) is logged once, not at every poll."""
-        if what in self._seen:
-            return False
-        self._seen.add(what)
-        return True
-
-    # ------------------------------------------------------------------------- callbacks
-
-    def _connected_callback(self, nursery: trio.Nursery, callback: Callback) -> None:
-        name = getattr(callback, "__name__", repr(callback))
-        try:
-            result = callback()
-        except Exception as exc:
-            self._log.warning(
-                "client.callback_failed", callback=name, error=repr(exc), exc_info=True
-            )
-            return
-        if not inspect.isawaitable(result):
-            return
-        awaitable = result
-
-        async def task() -> None:
-            try:
-                await awaitable
-            except NotConnectedError:
-                pass  # the connection ended under it: the task's natural end
-            except Exception as exc:
-                self._log.warning(
-                    "client.callback_failed", callback=name, error=repr(exc), exc_info=True
-                )
-
-        nursery.start_soon(task, name=f"on_connected {name}")
-
-    async def _disconnected_callback(self, callback: Callback) -> None:
-        name = getattr(callback, "__name__", repr(callback))
-        try:
-            result = callback()
-            if inspect.isawaitable(result):
-                with trio.move_on_after(self._handler_timeout) as limit:
-                    limit.shield = True  # also runs while serve() is being cancelled
-                    await result
-        except Exception as exc:
-            self._log.warning(
-                "client.callback_failed", callback=name, error=repr(exc), exc_info=True
-            )
-
-
-def _reply(packet_id: int, chunk: ddm.Chunk) -> ReplyPacket:
-    return ReplyPacket(packet_id, 0, ddm.encode_chunk(chunk))
-
-
-def _result_chunk(result: object) -> bytes:
-    """A handler's ``(type, data)`` as chunk bytes; anything else is the handler's bug."""
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise TypeError(f"the handler returned {result!r}; expected (type, data) or None")
-    chunk_type, data = result
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(f"the handler's reply data is {type(data).__name__}, not bytes")
-    return ddm.encode_chunk(outgoing_chunk(chunk_type_code(chunk_type), bytes(data)))
