@@ -40,6 +40,7 @@ from ddmd.control import events, metrics, safety
 from ddmd.control.server import ControlBound, serve_control
 from ddmd.discovery.scan import PortScanner
 from ddmd.drive.found import VmFound, VmLost
+from ddmd.drive.hub import DeviceVms
 from ddmd.drive.ports import CurrentVmListener, VmPorts
 from ddmd.drive.supervisor import Supervisor
 from ddmd.errors import PortInUse
@@ -66,6 +67,7 @@ class Started:
     hub: events.EventHub | None = None
     control_socket: Path | None = None
     guard: peers.PeerGuard | None = None
+    front_port: int | None = None  # the adb front's port, None when it does not run
 
 
 async def run(
@@ -170,6 +172,20 @@ async def run(
 
         current_port = await root.start(run_current)
 
+        # The adb front (ddmd.front): adb tools share the VMs ddmd holds. Not without adb.
+        front_port: int | None = None
+        front_scope = trio.CancelScope()
+        if config.front.enabled and config.adb.enabled != "off":
+            from ddmd.front.server import serve_front  # adb's wire, only when adb is used
+
+            async def run_front(
+                *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
+            ) -> None:
+                with front_scope:
+                    await serve_front(config, DeviceVms(supervisor), guard, task_status=task_status)
+
+            front_port = await root.start(run_front)
+
         work = trio.CancelScope()
 
         async def discovery_and_vms() -> None:
@@ -212,6 +228,7 @@ async def run(
             control_socket=str(bound.unix) if bound.unix is not None else None,
             scan=f"{config.scan.host}:{config.scan.ports}" if config.scan.enabled else "off",
             adb=config.adb.enabled,
+            front=front_port,
         )
         address = bound.tcp
         # Every listener is bound: the control API above, the current-VM port (per-VM ports
@@ -233,11 +250,13 @@ async def run(
                 hub,
                 control_socket=bound.unix,
                 guard=guard,
+                front_port=front_port,
             )
         )
         await shutdown.wait()
         work.cancel()
         current_scope.cancel()
+        front_scope.cancel()
         signals_scope.cancel()
     log.info(Event.DAEMON_STOPPED)
 

@@ -137,10 +137,11 @@ def _with_debuggers(text: str, vms: list[dict[str, Any]]) -> str:
     attached = [(vm, d) for vm in vms for d in vm.get("debuggers") or ()]
     if attached:
         text += "\n\ndebuggers attached:\n" + table(
-            ("VM", "PEER", "VIA", "PORT", "SINCE", "CMDS", "REPLIES+EVENTS", "SUSPENSIONS"),
+            ("VM", "TOOL", "PEER", "VIA", "PORT", "SINCE", "CMDS", "REPLIES+EVENTS", "SUSPENSIONS"),
             [
                 (
                     vm["id"],
+                    (d.get("tool") or "") + ("" if d.get("debugging", True) else " (DDM only)"),
                     d.get("peer"),
                     d.get("via"),
                     d.get("port"),

@@ -178,6 +178,7 @@ class DebuggerConnection:
     end_reason: str | None = None
     writing: bool = False  # its reader task is writing to the VM now
     since: float | None = None  # wall-clock time of its arrival
+    tool: str | None = None  # the program on the other end, when known
 
     def end(self, reason: str) -> None:
         """Stop its reader. Not while that reader writes a packet to the VM: cutting it would

@@ -71,25 +71,45 @@ class DebuggerSide:
 
     # ------------------------------------------------------------------ debuggers
 
-    def adopt_debugger(self, stream: trio.abc.Stream, peer: str, *, via: str) -> None:
+    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+        """Take a socket from the adb front (``ddmd.front.hub.ConsumerTarget``): a consumer of
+        this VM that may speak DDM only, or debug too (session/consumers.py)."""
+        self.adopt_debugger(stream, peer, via=via, kind="front", tool=tool)
+
+    def adopt_debugger(
+        self,
+        stream: trio.abc.Stream,
+        peer: str,
+        *,
+        via: str,
+        kind: str = "debugger",
+        tool: str | None = None,
+    ) -> None:
         """Take an accepted debugger connection (sync; the driver runs it)."""
         nursery = self._nursery
         if nursery is None:
             trio.lowlevel.spawn_system_task(close_with_reason, stream)
             return
         number = next(self._numbers)
-        port = self._debugger_port if via == "vm-port" else self._config.debugger.current_port
+        if via == "vm-port":
+            port = self._debugger_port
+        elif via == "current":
+            port = self._config.debugger.current_port
+        else:
+            port = None  # a front socket: the port is the front's, or a forward's
         outbox = Outbox(
             stream,
             budget=DEBUGGER_BUDGET,
             limit=self._config.timeouts.jdwp_request,
             max_packets=self._config.debugger.queue_packets,
         )
-        debugger = DebuggerConnection(number, stream, peer, via, port, outbox, since=time.time())
+        debugger = DebuggerConnection(
+            number, stream, peer, via, port, outbox, since=time.time(), tool=tool
+        )
         outbox.owner = debugger
         self._debuggers[number] = debugger
         self._timer_changed.set()  # the watchdog looks at writes while debuggers are here
-        self._feed(DebuggerJoined(number, via, peer))
+        self._feed(DebuggerJoined(number, via, peer, kind, tool))
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
 

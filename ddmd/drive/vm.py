@@ -216,8 +216,11 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 continue
             packets_in, packets_out, _, _ = counts
             held = router.bridge.held_by(d.number)
+            debugging = d.number in router.attached()
             out.append(
-                DebuggerSnapshot(d.peer, d.via, d.port, d.since, packets_in, packets_out, held)
+                DebuggerSnapshot(
+                    d.peer, d.via, d.port, d.since, packets_in, packets_out, held, d.tool, debugging
+                )
             )
         return tuple(out)
 

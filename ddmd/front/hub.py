@@ -16,7 +16,9 @@ __all__ = ["ConsumerTarget", "VmHub"]
 class ConsumerTarget(Protocol):
     """One VM ddmd holds the JDWP connection of, able to take one more debugger."""
 
-    vm_id: str  # "SERIAL/PID"
+    @property
+    def vm_id(self) -> str:  # "SERIAL/PID"
+        ...
 
     def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
         """Take ownership of `stream` (synchronous, never blocks). `via` is "front" for a

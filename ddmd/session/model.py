@@ -73,17 +73,21 @@ class DebuggerSnapshot:
     """One debugger attached to a VM: who, through which port, since when, how busy."""
 
     peer: str
-    via: str  # "vm-port" or "current"
+    via: str  # "vm-port", "current", "front" (jdwp:PID at the adb front), "front-forward"
     port: int | None
     since: float | None  # wall-clock seconds since the epoch
     packets_in: int = 0  # commands it sent
     packets_out: int = 0  # replies and events it received
     suspensions: int = 0  # suspensions of the VM or its threads it holds now
+    tool: str | None = None  # the program on the other end, when known ("Android Studio")
+    debugging: bool = True  # False: a client of the adb front that speaks DDM only
 
     def to_json(self) -> dict[str, Any]:
         return {
             "peer": self.peer,
             "via": self.via,
+            "tool": self.tool,
+            "debugging": self.debugging,
             "port": self.port,
             "since": self.since,
             "packets_in": self.packets_in,

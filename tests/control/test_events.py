@@ -201,6 +201,8 @@ async def test_registry_notices_become_events(world):
             "details": {
                 "peer": "127.0.0.1:5005",
                 "via": "current",
+                "tool": None,
+                "debugging": True,
                 "port": 8700,
                 "since": 1700000000.0,
                 "packets_in": 0,
