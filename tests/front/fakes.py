@@ -82,6 +82,36 @@ class FakeTarget:
         self.hub.nursery.start_soon(serve_jdwp_echo, stream, self.greeting)
 
 
+@dataclass(eq=False)
+class BridgeTarget:
+    """A VM "held" by relaying each adopted consumer to a real JDWP agent's TCP port (one
+    debugger at a time, as HotSpot's agent allows)."""
+
+    hub: FakeHub
+    vm_id: str
+    address: tuple[str, int]
+    adopted: list[Adopted] = field(default_factory=list)
+
+    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+        self.adopted.append(Adopted(stream, peer, via, tool))
+        self.hub.nursery.start_soon(self._bridge, stream)
+
+    async def _bridge(self, stream: trio.SocketStream) -> None:
+        vm = await trio.open_tcp_stream(*self.address)
+        async with stream, vm, trio.open_nursery() as nursery:
+
+            async def pump(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+                try:
+                    while data := await source.receive_some(65536):
+                        await sink.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(pump, stream, vm)
+            nursery.start_soon(pump, vm, stream)
+
+
 class FakeHub:
     """The daemon's side: `hold` makes a VM available (waking `wait_for`), `drop` forgets it."""
 
@@ -95,6 +125,13 @@ class FakeHub:
     def hold(self, serial: str, pid: int, greeting: bytes = b"") -> FakeTarget:
         target = FakeTarget(self, f"{serial}/{pid}", greeting)
         self.targets[(serial, pid)] = target
+        self._changed.set()
+        self._changed = trio.Event()
+        return target
+
+    def hold_bridge(self, serial: str, pid: int, address: tuple[str, int]) -> BridgeTarget:
+        target = BridgeTarget(self, f"{serial}/{pid}", address)
+        self.targets[(serial, pid)] = target  # type: ignore[assignment]
         self._changed.set()
         self._changed = trio.Event()
         return target

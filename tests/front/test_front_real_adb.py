@@ -20,6 +20,7 @@ from pathlib import Path
 import adbutils
 import pytest
 import trio
+from structlog.testing import capture_logs
 
 import ddmd.front.server
 from ddmd.sim.adbd import FakeDevice
@@ -28,9 +29,12 @@ from tests.adb.device import (
     AdbDevice,
     adb,
     adb_env,
+    hotspot_jvm,
     open_adb_device,
     pick_port,
 )
+from tests.e2e.conftest import jdk
+from tests.e2e.jdbdriver import open_jdb
 from tests.front.fakes import (
     HANDSHAKE,
     FakeHub,
@@ -42,7 +46,7 @@ from tests.front.fakes import (
     wire,
 )
 
-__all__ = ["adb"]  # the fixture
+__all__ = ["adb", "jdk"]  # the fixtures
 
 CAP = 60  # seconds: every test
 HELD = 4242  # a pid ddmd "holds" (the FakeHub has it)
@@ -164,8 +168,12 @@ async def test_version_is_the_real_servers(adb):
 
 async def test_kill_server_succeeds_and_the_server_keeps_serving(adb):
     async with real_rig(adb) as rig:
-        killed = await rig.via_front("kill-server")
+        with capture_logs() as logs:
+            killed = await rig.via_front("kill-server")
         assert killed.returncode == 0, killed.stderr
+        (refused,) = [e for e in logs if e["event"] == "front.kill_refused"]
+        assert refused["tool"] == "adb"  # the asking process, by its socket
+        assert "kill-server" in refused["cmdline"]
         assert MISMATCH not in killed.stderr
         assert listening(rig.device.adb_port)
         listed = await rig.direct("devices")
@@ -307,6 +315,22 @@ async def test_a_forward_of_the_server_on_that_port_moves_to_the_front(adb):
         async with jdb:
             await jdb.send_all(HANDSHAKE)
             assert await read_exactly(jdb, 18) == HANDSHAKE + b"ddmd"
+
+
+@pytest.mark.jvm
+async def test_jdb_through_a_front_forward_reaches_the_vm(adb, jdk, tmp_path):
+    async with real_rig(adb) as rig, hotspot_jvm(jdk, tmp_path) as jvm:
+        target = rig.hub.hold_bridge(rig.serial, 77, ("127.0.0.1", jvm.port))
+        made = await rig.via_front("-s", rig.serial, "forward", "tcp:0", "jdwp:77")
+        assert made.returncode == 0, made.stderr
+        port = int(made.stdout)
+        async with open_jdb(jdk.jdb, port, patience=20) as jdb:
+            await jdb.attached()
+            threads = await jdb.command("threads", r"main")
+            assert "main" in threads
+            await jdb.quit()
+        ((adopted),) = target.adopted
+        assert (adopted.via, adopted.tool) == ("front-forward", "jdb")
 
 
 # --- bad input: the front answers what the server answers
