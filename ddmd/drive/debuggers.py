@@ -29,6 +29,7 @@ from ddmd.logs import Event
 from ddmd.registry import VmRegistry
 from ddmd.session.commands import Command
 from ddmd.session.inputs import DebuggerBytes, DebuggerJoined, DebuggerLeft, Input
+from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import VmSession
 
 __all__ = ["DEBUGGER_BUDGET", "RECEIVE_SIZE", "DebuggerSide"]
@@ -70,6 +71,23 @@ class DebuggerSide:
         def selection_key(self) -> str | None: ...
 
     # ------------------------------------------------------------------ debuggers
+
+    def _debugger_snapshots(self) -> tuple[DebuggerSnapshot, ...]:
+        router = self._session.router
+        out = []
+        for d in self._debuggers.values():
+            counts = router.debugger_statistics(d.number)
+            if counts is None or not router.is_attached(d.number):
+                continue
+            packets_in, packets_out, _, _ = counts
+            held = router.bridge.held_by(d.number)
+            debugging = d.number in router.attached()
+            out.append(
+                DebuggerSnapshot(
+                    d.peer, d.via, d.port, d.since, packets_in, packets_out, held, d.tool, debugging
+                )
+            )
+        return tuple(out)
 
     def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
         """Take a socket from the adb front (``ddmd.front.hub.ConsumerTarget``): a consumer of

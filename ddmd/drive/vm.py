@@ -76,7 +76,6 @@ from ddmd.session.inputs import (
     VmClosed,
     VmConnected,
 )
-from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import SessionSettings, VmSession
 
 log = structlog.get_logger("ddmd.vm")
@@ -206,23 +205,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             debugger_port=self._debugger_port,
             debuggers=self._debugger_snapshots(),
         )
-
-    def _debugger_snapshots(self) -> tuple[DebuggerSnapshot, ...]:
-        router = self._session.router
-        out = []
-        for d in self._debuggers.values():
-            counts = router.debugger_statistics(d.number)
-            if counts is None or not router.is_attached(d.number):
-                continue
-            packets_in, packets_out, _, _ = counts
-            held = router.bridge.held_by(d.number)
-            debugging = d.number in router.attached()
-            out.append(
-                DebuggerSnapshot(
-                    d.peer, d.via, d.port, d.since, packets_in, packets_out, held, d.tool, debugging
-                )
-            )
-        return tuple(out)
 
     def selection_key(self) -> str | None:
         return self._session.selection_key()
