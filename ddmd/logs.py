@@ -181,6 +181,7 @@ class Event(StrEnum):
     FRONT_FORWARD_REFUSED = "front.forward_refused"  # its VM is gone: the connection is closed
     FRONT_UPSTREAM_UNAVAILABLE = "front.upstream_unavailable"
     FRONT_SERVER_STOPPED = "front.server_stopped"  # the adb server the front started, at exit
+    FRONT_CLIENT_FAILED = "front.client_failed"  # a bug met serving one client: it is closed
     # control API
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"

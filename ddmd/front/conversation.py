@@ -142,6 +142,8 @@ class Conversation:
             )
         except _BROKEN:
             pass  # the client (or the server) went away mid-way: nothing to tell anyone
+        except Exception:  # a bug must cost one client, never the front
+            log.exception(Event.FRONT_CLIENT_FAILED, peer=self._peer)
         finally:
             if self._up is not None:
                 await close_now(self._up)
@@ -156,7 +158,7 @@ class Conversation:
             if got is None:
                 return
             service = parse_service(got.service)
-            if isinstance(service, TransportSwitch):
+            if isinstance(service, TransportSwitch) and _fits(service.upstream):
                 if not await self._switch(got, service):
                     return
                 continue  # the next request is about that device
@@ -289,8 +291,8 @@ class Conversation:
         if self._up is not None:
             await close_now(self._up)
             self._up = None
-        self._handed_over = True
         target.adopt_consumer(self._client, self._peer, via="front", tool=tool)
+        self._handed_over = True
         self._ctx.stats.jdwp_served += 1
         log.info(
             Event.FRONT_JDWP_SERVED,
@@ -343,7 +345,6 @@ class Conversation:
         except _RebindRefused:
             await self._reply(fail(REBIND_REFUSED))
             return
-        self._ctx.stats.forwards = len(forwards)
         await self._reply(okay_okay_port(bound))
 
     async def _bind(self, serial: str, pid: int, port: int, *, norebind: bool) -> int:
@@ -403,6 +404,12 @@ class Conversation:
         log.info(Event.FRONT_KILL_RELAYED, peer=self._peer, pid=pid, cmdline=cmdline, tool=tool)
         self._ctx.forwards.remove_all("adb kill-server")
         await self._relay(got)
+
+
+def _fits(service: str | None) -> bool:
+    """A request that fits one 4-hex-digit length (a switch's tport form is 3 bytes longer
+    than the legacy one: a switch that would not fit is relayed as it came)."""
+    return service is None or len(service.encode("utf-8", "surrogateescape")) <= 0xFFFF
 
 
 class _RebindRefused(Exception):

@@ -217,8 +217,10 @@ class FrontForwards:
                 tool=tool,
                 pid=process.pid if process is not None else None,
             )
-            handed = True
             target.adopt_consumer(stream, peer, via="front-forward", tool=tool)
+            handed = True
+        except Exception:  # a bug must cost one connection, never the front
+            log.exception(Event.FRONT_CLIENT_FAILED, peer=peer, port=forward.port)
         finally:
             if not handed:
                 await close_now(stream)
@@ -239,16 +241,18 @@ class FrontForwards:
                     try:
                         await self._track_once()
                     except (UpstreamUnavailable, UpstreamSilent, AdbMalformed, OSError):
-                        pass
+                        pass  # no server now: its forwards are gone too; ours wait for the list
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
+                    except Exception:  # a bug must not stop the forwards
+                        log.exception(Event.FRONT_CLIENT_FAILED, peer="host:track-devices")
                     await trio.sleep(WATCH_RETRY)
         finally:
             if self._watch is scope:
                 self._watch = None
 
     async def _track_once(self) -> None:
-        stream = await self._upstream.connect()
+        stream = await self._upstream.connect(start=False)
         try:
             await stream.send_all(request("host:track-devices"))
             replies = UpstreamReplies(stream, self._upstream.reply_timeout)

@@ -98,8 +98,10 @@ class Upstream:
             return await trio.open_tcp_stream(self.adb.host, self.adb.port)
         raise OSError(errno.ETIMEDOUT, f"no connection within {self.connect_timeout:g} s")
 
-    async def connect(self) -> trio.SocketStream:
-        """A connection to the server, started first if it was down; `UpstreamUnavailable`."""
+    async def connect(self, *, start: bool = True) -> trio.SocketStream:
+        """A connection to the server, started first if it was down (unless `start` is
+        false: the front's own bookkeeping never starts a server, nor logs its absence);
+        `UpstreamUnavailable`."""
         try:
             stream = await self._open()
         except OSError as exc:
@@ -108,6 +110,8 @@ class Upstream:
             self._server_up()
             return stream
         problem = _reason(first)
+        if not start:
+            raise UpstreamUnavailable(problem)
         if _refused(first):
             problem = await self._start()
             try:

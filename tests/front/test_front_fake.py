@@ -19,6 +19,8 @@ import trio
 from structlog.testing import capture_logs
 
 from ddmd.front import serve_front, statistics
+from ddmd.front.forwards import FrontForwards
+from ddmd.front.upstream import Upstream
 from ddmd.peers import PeerGuard, PeerPolicy
 from ddmd.protocol.adbwire import fail
 from tests.actors.rawpeers import wait_until
@@ -647,3 +649,53 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# --- one client's trouble is that client's alone
+
+
+async def test_a_failing_hub_costs_one_client_not_the_front():
+    async with fake_rig() as rig:
+
+        def broken(serial: str, pid: int) -> None:
+            raise RuntimeError("a bug in the hub")
+
+        rig.hub.find = broken  # type: ignore[method-assign]
+        with capture_logs() as logs:
+            stream = await connect(rig.port)
+            async with stream:
+                await stream.send_all(wire(f"host:transport:{SERIAL}"))
+                await read_exactly(stream, 4)
+                await stream.send_all(wire("jdwp:4242"))
+                assert await read_to_eof(stream) == b""
+        (failed,) = events(logs, "front.client_failed")
+        assert failed["peer"].startswith("127.0.0.1:")
+        assert await ask(rig.port, wire("host:version")) == b"OKAY00040029"
+
+
+async def test_a_switch_too_long_for_its_tport_form_is_relayed_as_it_came():
+    async with fake_rig() as rig:
+        serial = "x" * (0xFFFF - len("host:transport:"))
+        reply = await ask(rig.port, wire(f"host:transport:{serial}"))
+        assert reply.startswith(b"FAIL")  # the fake's "not found", for the legacy form
+        assert rig.adb.wires[-1] == b"ffff"
+
+
+async def test_forward_connections_get_the_peer_uid_check():
+    with trio.fail_after(CAP):
+        async with trio.open_nursery() as nursery:
+            hub = FakeHub(nursery)
+            target = hub.hold(SERIAL, 4242)
+            nobody = PeerGuard(PeerPolicy(frozenset({2**31})))
+            config = front_config(_free_port())
+            upstream = Upstream(config.adb, config.timeouts)
+            forwards = FrontForwards(hub, upstream, nobody, open_timeout=0.1)
+            await nursery.start(forwards.run)
+            port = await forwards.add(SERIAL, 4242, 0)
+            jdb = await trio.open_tcp_stream("127.0.0.1", port)
+            async with jdb:
+                await jdb.send_all(HANDSHAKE)
+                assert await read_to_eof(jdb) == b""
+            assert target.adopted == []
+            assert nobody.refused_counts()["front_forward"] == 1
+            nursery.cancel_scope.cancel()
