@@ -530,8 +530,11 @@
     const debuggers = (vm && vm.debuggers) || [];
     const dbg = $("detail-debuggers");
     dbg.hidden = debuggers.length === 0;
-    setText(dbg, debuggers.length === 0 ? "" : "Debuggers: " + debuggers.map((d) =>
-      `${d.peer} via ${d.via === "current" ? "current-VM port" : "its port"} ${d.port ?? ""}` +
+    const viaWords = { current: "current-VM port", "vm-port": "its port", front: "the adb front",
+      "front-forward": "an adb forward" };
+    setText(dbg, debuggers.length === 0 ? "" : "Clients: " + debuggers.map((d) =>
+      `${d.tool ? d.tool + " " : ""}${d.debugging === false ? "(DDM only) " : ""}` +
+      `${d.peer} via ${viaWords[d.via] || d.via} ${d.port ?? ""}` +
       ` since ${d.since ? new Date(d.since * 1000).toLocaleTimeString() : "?"},` +
       ` ${d.packets_in} commands, ${d.suspensions} suspension${d.suspensions === 1 ? "" : "s"} held`
     ).join("; "));
