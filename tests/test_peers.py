@@ -194,7 +194,13 @@ async def test_refused_before_a_byte_is_read_and_logged_once(tables, clients) ->
         (stream,) = accepted
         assert await stream.receive_some(14) == b"JDWP-Handshake"
         await stream.aclose()
-    assert guard.refused_counts() == {"vm_port": 2, "current_port": 0, "control": 0}
+    assert guard.refused_counts() == {
+        "vm_port": 2,
+        "current_port": 0,
+        "control": 0,
+        "front": 0,
+        "front_forward": 0,
+    }
     refused = [e for e in logs if e["event"] == "security.peer_refused"]
     assert len(refused) == 1  # once per (uid, port)
     assert refused[0]["uid"] == FOREIGN

@@ -47,12 +47,9 @@ from ddmd.front.stats import FrontStatistics
 from ddmd.front.tools import peer_process
 from ddmd.front.upstream import Upstream, UpstreamUnavailable
 from ddmd.logs import Event
-from ddmd.protocol.adbwire import (
-    FAIL,
-    OKAY,
+from ddmd.protocol.adbrequests import (
     TRANSPORT_ID_SIZE,
     AdbBadRequest,
-    AdbMalformed,
     Forward,
     JdwpPid,
     Kill,
@@ -70,6 +67,7 @@ from ddmd.protocol.adbwire import (
     parse_transport_id,
     request,
 )
+from ddmd.protocol.adbwire import FAIL, OKAY, AdbMalformed
 from ddmd.protocol.errors import LocalProtocolError
 
 __all__ = ["Conversation", "FrontContext"]

@@ -31,13 +31,8 @@ from ddmd.front.tools import peer_process
 from ddmd.front.upstream import Upstream, UpstreamUnavailable
 from ddmd.logs import Event
 from ddmd.peers import PeerGuard
-from ddmd.protocol.adbwire import (
-    AdbMalformed,
-    RecordDecoder,
-    forward_line,
-    parse_devices,
-    request,
-)
+from ddmd.protocol.adbrequests import forward_line, request
+from ddmd.protocol.adbwire import AdbMalformed, RecordDecoder, parse_devices
 
 __all__ = ["FORWARD_HOST", "BindFailed", "FrontForward", "FrontForwards"]
 

@@ -17,16 +17,8 @@ from typing import Final
 
 import trio
 
-from ddmd.protocol.adbwire import (
-    FAIL,
-    NEED_DATA,
-    OKAY,
-    AdbMalformed,
-    Request,
-    RequestDecoder,
-    frame,
-    parse_length,
-)
+from ddmd.protocol.adbrequests import NEED_DATA, Request, RequestDecoder, frame
+from ddmd.protocol.adbwire import FAIL, OKAY, AdbMalformed, parse_length
 
 __all__ = [
     "BUFFER",

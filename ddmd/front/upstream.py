@@ -26,7 +26,8 @@ from ddmd.discovery.adbserver import AdbServer
 from ddmd.front.relay import UpstreamReplies, UpstreamSilent, close_now
 from ddmd.logs import Event
 from ddmd.netaddr import host_port
-from ddmd.protocol.adbwire import OKAY, request
+from ddmd.protocol.adbrequests import request
+from ddmd.protocol.adbwire import OKAY
 
 __all__ = ["RETRY_START", "Answer", "Upstream", "UpstreamUnavailable"]
 

@@ -24,7 +24,7 @@ import trio
 from ddmd.config import Config, parse_config
 from ddmd.front import serve_front
 from ddmd.peers import PeerGuard
-from ddmd.protocol.adbwire import parse_host_service
+from ddmd.protocol.adbrequests import parse_host_service
 from tests.adb.fakeadb import FakeAdb, FakeDevice, _Reader, fail, okay, record
 
 HANDSHAKE = b"JDWP-Handshake"

@@ -22,7 +22,7 @@ from ddmd.front import serve_front, statistics
 from ddmd.front.forwards import FrontForwards
 from ddmd.front.upstream import Upstream
 from ddmd.peers import PeerGuard, PeerPolicy
-from ddmd.protocol.adbwire import fail
+from ddmd.protocol.adbrequests import fail
 from tests.actors.rawpeers import wait_until
 from tests.front.fakes import (
     HANDSHAKE,

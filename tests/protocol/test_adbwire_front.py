@@ -10,12 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddmd.protocol.adbwire import (
+from ddmd.protocol.adbrequests import (
     ANY,
     MAX_PAYLOAD,
     NEED_DATA,
     AdbBadRequest,
-    AdbMalformed,
     BadHostPrefix,
     DeviceService,
     Forward,
@@ -42,6 +41,7 @@ from ddmd.protocol.adbwire import (
     request,
     transport_id_bytes,
 )
+from ddmd.protocol.adbwire import AdbMalformed
 from ddmd.protocol.errors import LocalProtocolError, ProtocolError
 
 # What clients were seen sending (adb-front.md sections 3 and 4): upper- and lower-case hex.
