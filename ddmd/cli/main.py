@@ -97,6 +97,13 @@ def _summary(config: Config) -> Iterator[str]:
         yield "adb:         off"
     else:
         yield f"adb:         {adb.enabled}, server {host_port(adb.host, adb.port)}"
+        front = config.front
+        if not front.enabled:
+            yield "adb front:   off"
+        else:
+            mode = " (transparent: every adb tool goes through ddmd)" if front.port == 5037 else ""
+            where = host_port(front.host, front.port)
+            yield f"adb front:   {where}{mode}, kill-server: {front.on_kill}"
 
 
 _WHOLE = 1_000  # a summary length limit no summary reaches: never cut

@@ -12,7 +12,8 @@ def test_protocol_import_loads_no_io_libraries():
     code = (
         "import sys\n"
         "import ddmd.protocol, ddmd.protocol.jdwp, ddmd.protocol.ddm, ddmd.protocol.heap,"
-        " ddmd.protocol.idmap, ddmd.protocol.errors, ddmd.protocol.adbwire, ddmd.protocol.adbrequests\n"
+        " ddmd.protocol.idmap, ddmd.protocol.errors, ddmd.protocol.adbwire,"
+        " ddmd.protocol.adbrequests\n"
         f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
