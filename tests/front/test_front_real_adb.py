@@ -381,19 +381,28 @@ async def test_garbage_after_a_switch_is_judged_by_the_server(adb):
 async def test_adbutils_through_the_front(adb):
     async with real_rig(adb) as rig:
 
-        def work() -> tuple[list[str], str, list[tuple[str, str, str]]]:
+        def work() -> tuple[list[str], str, list[tuple[str, str, str]], bytes]:
             client = adbutils.AdbClient(host="127.0.0.1", port=rig.front.port, socket_timeout=10)
             serials = [d.serial for d in client.device_list()]
             device = client.device(rig.serial)
             said = device.shell("echo hi")
+            # The debuggable pids: adbutils has no helper; its transport takes the service.
+            transport = device.open_transport()
+            transport.send_command("jdwp")
+            transport.check_okay()
+            pids = b""
+            while chunk := transport.conn.recv(4096):
+                pids += chunk
+            transport.close()
             port = pick_port()
             device.forward(f"tcp:{port}", f"jdwp:{HELD}")
             forwards = [(f.serial, f.local, f.remote) for f in device.forward_list()]
-            return serials, said, forwards
+            return serials, said, forwards, pids
 
-        serials, said, forwards = await trio.to_thread.run_sync(work)
+        serials, said, forwards, pids = await trio.to_thread.run_sync(work)
         assert serials == [rig.serial]
         assert said.strip() == "hi"
+        assert pids == f"{HELD}\n{FREE}\n".encode()
         ((serial, local, remote),) = forwards
         assert (serial, remote) == (rig.serial, f"jdwp:{HELD}")
         jdb = await trio.open_tcp_stream("127.0.0.1", int(local[4:]))
