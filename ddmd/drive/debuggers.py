@@ -28,9 +28,16 @@ from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
 from ddmd.session.commands import Command
-from ddmd.session.inputs import DebuggerBytes, DebuggerJoined, DebuggerLeft, Input
+from ddmd.session.inputs import (
+    DebuggerBytes,
+    DebuggerJoined,
+    DebuggerLeft,
+    DebuggerNamed,
+    Input,
+)
 from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import VmSession
+from ddmd.toolnames import peer_process
 
 __all__ = ["DEBUGGER_BUDGET", "RECEIVE_SIZE", "DebuggerSide"]
 
@@ -130,6 +137,16 @@ class DebuggerSide:
         self._feed(DebuggerJoined(number, via, peer, kind, tool))
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
+            if tool is None and isinstance(stream, trio.SocketStream):
+                nursery.start_soon(self._name_debugger, debugger, stream)
+
+    async def _name_debugger(self, debugger: DebuggerConnection, stream: trio.SocketStream) -> None:
+        """Name the program on the other end ("jdb", "Android Studio"), as the front does."""
+        found = await peer_process(stream)
+        if found is None or found.tool is None or debugger.gone:
+            return
+        debugger.tool = found.tool
+        self._feed(DebuggerNamed(debugger.number, found.tool))
 
     async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
         reason = "debugger closed the connection"

@@ -44,7 +44,6 @@ from ddmd.front.relay import (
     pipe,
 )
 from ddmd.front.stats import FrontStatistics
-from ddmd.front.tools import peer_process
 from ddmd.front.upstream import Upstream, UpstreamUnavailable
 from ddmd.logs import Event
 from ddmd.protocol.adbrequests import (
@@ -69,6 +68,7 @@ from ddmd.protocol.adbrequests import (
 )
 from ddmd.protocol.adbwire import FAIL, OKAY, AdbMalformed
 from ddmd.protocol.errors import LocalProtocolError
+from ddmd.toolnames import peer_process
 
 __all__ = ["Conversation", "FrontContext"]
 

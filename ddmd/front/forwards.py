@@ -27,12 +27,12 @@ import trio
 from ddmd.drive.ports import accept_loop, guarded
 from ddmd.front.hub import VmHub
 from ddmd.front.relay import UpstreamReplies, UpstreamSilent, close_now
-from ddmd.front.tools import peer_process
 from ddmd.front.upstream import Upstream, UpstreamUnavailable
 from ddmd.logs import Event
 from ddmd.peers import PeerGuard
 from ddmd.protocol.adbrequests import forward_line, request
 from ddmd.protocol.adbwire import AdbMalformed, RecordDecoder, parse_devices
+from ddmd.toolnames import peer_process
 
 __all__ = ["FORWARD_HOST", "BindFailed", "FrontForward", "FrontForwards"]
 

@@ -45,6 +45,14 @@ class DebuggerJoined:
     tool: str | None = None  # the program on the other end, when known ("Android Studio")
 
 
+@dataclass(frozen=True, slots=True)
+class DebuggerNamed:
+    """The program on the other end of a debugger's connection was found (its command line)."""
+
+    debugger: int
+    tool: str
+
+
 @dataclass(slots=True)  # made per packet, as VmBytes
 class DebuggerBytes:
     debugger: int
@@ -154,5 +162,13 @@ class Call:
 
 
 Input = (
-    VmConnected | VmBytes | VmClosed | DebuggerJoined | DebuggerBytes | DebuggerLeft | Tick | Call
+    VmConnected
+    | VmBytes
+    | VmClosed
+    | DebuggerJoined
+    | DebuggerBytes
+    | DebuggerNamed
+    | DebuggerLeft
+    | Tick
+    | Call
 )

@@ -58,6 +58,7 @@ from ddmd.session.inputs import (
     DebuggerBytes,
     DebuggerJoined,
     DebuggerLeft,
+    DebuggerNamed,
     Input,
     Tick,
     VmBytes,
@@ -194,6 +195,11 @@ class VmSession:
             self._connected(item, now)
         elif isinstance(item, DebuggerJoined):
             self.attach._debugger_joins(item, now)
+        elif isinstance(item, DebuggerNamed):
+            consumer = self.router.consumers.by_id.get(item.debugger)
+            if consumer is not None:
+                consumer.tool = item.tool
+                self._out.append(Changed())
         elif isinstance(item, DebuggerLeft):
             self.attach._debugger_leaves(item.debugger, item.reason, now)
         elif isinstance(item, VmClosed):

@@ -73,7 +73,9 @@ class FrontRig:
 
         async def found() -> dict[str, Any] | None:
             vm = await self.h.vm(vm_id)
-            if vm is None or (ready and vm.get("state") != "ready"):
+            if vm is None or (
+                ready and (vm.get("state") != "ready" or not vm.get("debugger_port"))
+            ):
                 return None
             return vm
 

@@ -56,7 +56,7 @@ pytestmark = pytest.mark.jvm
 
 CAP = 180  # seconds: an adb server, a device, two VMs, ddmlib's start-up, a jdb session
 WAIT = 40  # seconds: one condition (ddmlib polls once a second at worst)
-PROBE_TOOL = "java (ddmlib)"  # what ddmd/front/tools.py calls a java process running ddmlib
+PROBE_TOOL = "java (ddmlib)"  # what ddmd/toolnames.py calls a java process running ddmlib
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import pytest
 import trio
 
 from ddmd.sim.adbd import FakeDevice
-from tests.actors.rawpeers import free_port_range
+from tests.actors.rawpeers import free_port_range, wait_until
 from tests.e2e.conftest import jdk  # noqa: F401 - a fixture, used by name
-from tests.e2e.frontrig import front_rig
+from tests.e2e.frontrig import WAIT, front_rig
 from tests.e2e.jdbdriver import open_jdb
 from tests.e2e.test_bridge_jvm import BREAK_LINE, BREAKPOINT_HIT, MAIN_CALL_LINE, run_jvm
 from tests.e2e.test_multi_debugger import (
@@ -65,11 +65,18 @@ async def test_two_jdb_through_a_front_forward_and_one_on_ddmds_port_share_one_v
                     assert counter > n
                     m = await stop_once(c, BREAK_LINE, BREAKPOINT_HIT, "n")
                     assert m > counter
-                    # ddmd lists all three, with their tools, and still monitors the VM.
-                    vm = await rig.wait_vm(pid)
-                    peers = {(d["via"], d["tool"]) for d in vm["debuggers"]}
-                    assert ("front-forward", "jdb") in peers, vm["debuggers"]
-                    assert len(vm["debuggers"]) == 3, vm["debuggers"]
+
+                    # ddmd lists all three, each named by its program, and still monitors
+                    # the VM.
+                    async def named() -> list[dict[str, object]] | None:
+                        found = await rig.h.vm(rig.vm_id(pid))
+                        clients = (found or {}).get("debuggers") or []
+                        return clients if [d["tool"] for d in clients] == ["jdb"] * 3 else None
+
+                    clients = await wait_until(named, WAIT, what="three jdb clients")
+                    vias = sorted(str(d["via"]) for d in clients)
+                    assert vias == ["front-forward", "front-forward", "vm-port"], clients
+                    assert all(d["debugging"] for d in clients), clients
                     for jdb in (a, b, c):
                         assert await jdb.quit() == 0, jdb.transcript
                 await jvm.wait_counter_above(m + 5)

@@ -1,4 +1,4 @@
-"""ddmd.front.tools: the program at the other end of a front connection, by its command line."""
+"""ddmd.toolnames: the program at the other end of a connection, by its command line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 import trio
 
-from ddmd.front.tools import peer_process, tool_name
+from ddmd.toolnames import peer_process, tool_name
 
 
 @pytest.mark.parametrize(

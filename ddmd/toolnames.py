@@ -1,5 +1,6 @@
-"""Which program is at the other end of a front connection: "Android Studio", "jadx", "jdb",
-"VS Code", "java (ddmlib)", "adb", ... for logs and for the VM's list of consumers.
+"""Which program is at the other end of a connection to ddmd (the adb front, a forward, ddmd's
+own debugger ports): "Android Studio", "jadx", "jdb", "VS Code", "java (ddmlib)", "adb", ...
+for logs and for the VM's list of clients.
 
 Layer: the standard library, trio and `discovery.localproc` (the kernel's socket tables and
 ``/proc/PID/cmdline``). The name comes from the peer process's command line (`tool_name`, pure);
@@ -24,7 +25,8 @@ __all__ = ["LOOKUP_TIMEOUT", "PeerProcess", "peer_process", "tool_name"]
 
 #: Seconds one lookup may take (socket tables, then the fd tables of the user's processes).
 LOOKUP_TIMEOUT: Final = 2.0
-_LIMITER: trio.CapacityLimiter | None = None
+# At most two lookups at a time, per trio run (a RunVar: no state outlives the run).
+_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("ddmd_peer_lookups")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +114,11 @@ async def peer_process(
 ) -> PeerProcess | None:
     """The local process at the far end of `stream`; None when it cannot be found in time
     (another user's process, not Linux, gone already). Never raises but Cancelled."""
-    global _LIMITER
-    if _LIMITER is None:
-        _LIMITER = trio.CapacityLimiter(2)
+    try:
+        limiter = _LIMITER.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(2)
+        _LIMITER.set(limiter)
     try:
         ours = stream.socket.getsockname()
         peer = stream.socket.getpeername()
@@ -131,7 +135,7 @@ async def peer_process(
     )
     with trio.move_on_after(patience):
         try:
-            return await trio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=_LIMITER)
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=limiter)
         except (OSError, ValueError):
             return None
     return None
