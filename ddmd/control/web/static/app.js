@@ -1,4 +1,5 @@
-// ddmd live page: VM list, live thread states, stacks, heap figures and the heap bitmap.
+// ddmd live page: VM list, live thread states, stacks, heap figures, the heap bitmap and
+// the selected VM's log (logcat).
 //
 // Same origin only: every request is a relative fetch to /api/v1 (or the EventSource on
 // /api/v1/events when the daemon has one). Text that comes from VMs (names, frames) is put
@@ -26,7 +27,7 @@
     "stream.opened", "vm.found", "vm.gone", "vm.changed", "vm.renamed",
     "vm.waiting_for_debugger", "debugger.attached", "debugger.detached", "current.changed",
     "threads.updated", "heap.info", "heap.dumped", "device.changed", "device.gone",
-    "ext.updated", "daemon.stopping", "overflow",
+    "ext.updated", "app.crashed", "daemon.stopping", "overflow",
   ];
 
   const KNOWN_STATES = new Set([
@@ -273,6 +274,10 @@
       if (state.shown && vm === state.shown) renderExt(data.ext || {});
       return;
     }
+    if (name === "app.crashed") {
+      logcatCrashed(data && typeof data === "object" ? data : null);
+      return;
+    }
     if (name === "heap.dumped") {
       // A dump taken elsewhere (`ddmd heap --segments`) redraws the open panel's picture;
       // after our own "Cause GC" the ETag makes this a cheap 304.
@@ -473,10 +478,12 @@
     startThreads();
     loadHeap(id);
     loadExt(id);
+    logcatOpenVm(id);
   }
 
   function closeVm() {
     stopThreads();
+    logcatCloseVm();
     state.shown = null;
     show($("detail"), false);
     if (state.heapUrl) URL.revokeObjectURL(state.heapUrl);
@@ -564,6 +571,7 @@
       note($("heap-note"), "No heap dump yet. Cause GC runs a collection in the VM and draws the heap it reports.");
     }
     renderHeapInfo(vm);
+    if (vm && lc.blocked === "name" && (vm.package || vm.app)) logcatRestart(); // named now
   }
 
   // ------------------------------------------------------------------------------ threads
@@ -1061,6 +1069,500 @@
     }
   }
 
+  // ------------------------------------------------------------------------------ logcat
+  //
+  // The shown VM's log: its app's lines (across restarts), or the whole device's. A JSON
+  // fetch of the recent lines, then an EventSource on .../logcat/stream for the new ones,
+  // resumed after the last sequence number seen. Level, tags, text and "whole device" are
+  // filtered in ddmd (a filter change asks again), so a busy device sends only what is shown.
+  //
+  // Bounded: at most LOGCAT_MAX_ROWS rows are kept (a multi-line message is one row per line,
+  // as `adb logcat` prints it), and only the rows in view are in the page: a fixed row height,
+  // a spacer as tall as every row, and a pool of row elements repainted once per animation
+  // frame however many batches came. While paused, new lines wait (and are counted); the view
+  // follows the newest line until the user scrolls up, and again once back at the bottom.
+  // Without an event stream (a token given only in this tab, an older browser) it polls.
+
+  const LOGCAT_LEVELS = ["V", "D", "I", "W", "E", "F"];
+  const LOGCAT_ROW_PX = 18; // = .logcat-row height in style.css
+  const LOGCAT_MAX_ROWS = 20000;
+  const LOGCAT_TRIM = 2000; // rows dropped at once when full (not one by one)
+  const LOGCAT_BACKLOG = 2000; // lines asked for when the panel opens or a filter changes
+  const LOGCAT_MESSAGE_LINES = 200; // lines of one message shown; the rest are counted
+  const LOGCAT_OVERSCAN = 8; // rows painted above and below the view
+  const LOGCAT_TYPING_MS = 350;
+  const LOGCAT_RETRY_MS = 2000;
+  const LOGCAT_POLL_MS = 1000;
+  const CRASH_WORDS = { java: "Java crash", native: "native crash", anr: "ANR", died: "died" };
+
+  const lc = {
+    gen: 0, // bumped when the stream is (re)started or stopped
+    level: "V",
+    source: null,
+    timer: null,
+    typing: null,
+    rows: [], // {item, text, line, start}
+    pending: [], // items that came while paused
+    pendingLines: 0,
+    paused: false,
+    follow: true,
+    cursor: 0, // the newest sequence number seen (device-wide): where a stream resumes
+    lines: 0, // log lines received since the list was last emptied
+    dropped: false, // the oldest rows were dropped
+    shift: 0, // rows dropped from the top since the last paint
+    last: null, // the last item added (where a crash block starts)
+    frame: 0,
+    pool: [],
+    mode: "",
+    blocked: "", // "name": the VM has no name yet; "off": no log at all
+  };
+
+  function logcatQuery(extra) {
+    const q = new URLSearchParams();
+    if (lc.level !== "V") q.set("level", lc.level);
+    for (const tag of $("logcat-tag").value.split(",")) {
+      const t = tag.trim();
+      if (t) q.append("tag", t);
+    }
+    const grep = $("logcat-grep").value;
+    if (grep.trim()) q.set("grep", grep);
+    if ($("logcat-all").checked) q.set("all", "1");
+    for (const [key, value] of Object.entries(extra)) q.set(key, String(value));
+    return q.toString();
+  }
+
+  function logcatClear() {
+    lc.rows = [];
+    lc.pending = [];
+    lc.pendingLines = 0;
+    lc.lines = 0;
+    lc.dropped = false;
+    lc.shift = 0;
+    lc.last = null;
+    lc.follow = true;
+    logcatSchedule();
+  }
+
+  function logcatStop() {
+    lc.gen += 1;
+    if (lc.source) lc.source.close();
+    lc.source = null;
+    clearTimeout(lc.timer);
+    lc.timer = null;
+    clearTimeout(lc.typing);
+    lc.typing = null;
+    lc.mode = "";
+  }
+
+  // Opens the panel for VM `id` (a new VM: not paused, no crash shown, empty list).
+  function logcatOpenVm(id) {
+    lc.paused = false;
+    show($("logcat-crash"), false);
+    setText($("logcat-where"), "");
+    const vm = shownVm();
+    if (vm && !vm.device) {
+      // A workstation JVM: the daemon's answer (501) is known without asking, and asking
+      // would only add a failed request to the browser's console.
+      logcatStop();
+      logcatClear();
+      lc.blocked = "off";
+      show($("logcat-body"), false);
+      note($("logcat-note"), sentence(workstationSentence(vm)));
+      return;
+    }
+    logcatStart(id);
+  }
+
+  // ddmd/control/logcat.py's words for a VM that is not on a device.
+  function workstationSentence(vm) {
+    return `${vmName(vm)} is a workstation JVM: it has no logcat (only Android devices and ` +
+      "emulators keep a log ddmd can read)";
+  }
+
+  function logcatCloseVm() {
+    logcatStop();
+    logcatClear();
+    lc.cursor = 0;
+    lc.blocked = "";
+    show($("logcat-crash"), false);
+  }
+
+  async function logcatStart(id) {
+    logcatStop();
+    const gen = lc.gen;
+    lc.cursor = 0;
+    lc.blocked = "";
+    logcatClear();
+    note($("logcat-note"), "");
+    note($("logcat-error"), "");
+    show($("logcat-body"), true);
+    lc.mode = "loading";
+    logcatSchedule();
+    let body;
+    try {
+      body = await apiJson(vmPath(id) + "/logcat?" + logcatQuery({ since: LOGCAT_BACKLOG }));
+    } catch (err) {
+      if (gen === lc.gen) logcatFailed(err, gen, id);
+      return;
+    }
+    if (gen !== lc.gen) return;
+    setText($("logcat-where"), body.app
+      ? `${body.app} on ${body.device}` : `every app on ${body.device}`);
+    logcatReceive(body.items, true);
+    lc.cursor = Math.max(lc.cursor, Number(body.next) || 0);
+    logcatOpen(gen, id);
+  }
+
+  function logcatOpen(gen, id) {
+    if (typeof EventSource === "undefined") {
+      logcatPoll(gen, id);
+      return;
+    }
+    const url = API + vmPath(id) + "/logcat/stream?" + logcatQuery({ after: lc.cursor });
+    let source;
+    try {
+      source = new EventSource(url);
+    } catch (_) {
+      logcatPoll(gen, id);
+      return;
+    }
+    lc.source = source;
+    lc.mode = "connecting";
+    logcatSchedule();
+    let opened = false;
+    const mine = () => gen === lc.gen && lc.source === source;
+    source.onopen = () => {
+      if (!mine()) return;
+      opened = true;
+      lc.mode = "live";
+      note($("logcat-error"), "");
+      logcatSchedule();
+    };
+    source.addEventListener("logcat.lines", (event) => {
+      if (!mine()) return;
+      let data = null;
+      try {
+        data = JSON.parse(event.data);
+      } catch (_) {
+        return;
+      }
+      if (data && typeof data === "object") logcatReceive(data.items, false);
+    });
+    source.onerror = () => {
+      if (!mine()) return;
+      // Reopened by hand (not by the browser), so it resumes after the last line seen.
+      source.close();
+      lc.source = null;
+      if (opened) {
+        lc.mode = "reconnecting";
+        logcatSchedule();
+        lc.timer = setTimeout(() => {
+          if (gen === lc.gen) logcatOpen(gen, id);
+        }, LOGCAT_RETRY_MS);
+      } else {
+        // Never opened: no stream for this page (or an error answer): the JSON route says why.
+        logcatPoll(gen, id);
+      }
+    };
+  }
+
+  async function logcatPoll(gen, id) {
+    lc.mode = "polling";
+    logcatSchedule();
+    try {
+      const body = await apiJson(vmPath(id) + "/logcat?" + logcatQuery({ after: lc.cursor }));
+      if (gen !== lc.gen) return;
+      logcatReceive(body.items, false);
+      lc.cursor = Math.max(lc.cursor, Number(body.next) || 0);
+      note($("logcat-error"), "");
+    } catch (err) {
+      if (gen === lc.gen) logcatFailed(err, gen, id);
+      return;
+    }
+    lc.timer = setTimeout(() => {
+      if (gen === lc.gen) logcatPoll(gen, id);
+    }, LOGCAT_POLL_MS);
+  }
+
+  function logcatFailed(err, gen, id) {
+    lc.mode = "";
+    const target = String((err.body && err.body.target) || "");
+    if (err.status === 501) {
+      // A workstation JVM, or ddmd does not read device logs: the daemon's sentence only.
+      lc.blocked = "off";
+      show($("logcat-body"), false);
+      note($("logcat-note"), sentence(err.message));
+    } else if (err.status === 405 || (err.status === 404 && /\/logcat(\/stream)?$/.test(target))) {
+      lc.blocked = "off";
+      show($("logcat-body"), false);
+      note($("logcat-note"), "This daemon does not read device logs.");
+    } else if (err.status === 404 || err.status === 410) {
+      note($("logcat-note"), "This VM is gone: its log stops here.");
+    } else if (err.status === 409) {
+      // Not named yet: asked again when it is (updateShownVm); "Whole device" works now.
+      lc.blocked = "name";
+      note($("logcat-note"), sentence(err.message));
+    } else if (err.status === 400 || err.status === 401) {
+      note($("logcat-error"), sentence(err.message)); // a bad filter: the user fixes it
+    } else {
+      note($("logcat-error"), `Logcat unavailable: ${sentence(err.message)} Trying again…`);
+      lc.timer = setTimeout(() => {
+        if (gen === lc.gen) logcatPoll(gen, id);
+      }, LOGCAT_RETRY_MS * 2);
+    }
+    logcatSchedule();
+  }
+
+  // New items from ddmd: dropped if seen already (a resumed stream), held while paused.
+  function logcatReceive(items, backlog) {
+    if (!Array.isArray(items) || !items.length) return;
+    const fresh = [];
+    for (const item of items) {
+      if (!item || typeof item !== "object") continue;
+      const seq = Number(item.seq);
+      if (Number.isFinite(seq)) {
+        if (seq <= lc.cursor) continue;
+        lc.cursor = seq;
+      }
+      fresh.push(item);
+    }
+    if (!fresh.length) return;
+    if (lc.paused && !backlog) {
+      for (const item of fresh) {
+        lc.pending.push(item);
+        if (item.kind !== "restart") lc.pendingLines += 1;
+      }
+      if (lc.pending.length > LOGCAT_MAX_ROWS + LOGCAT_TRIM) {
+        lc.pending.splice(0, lc.pending.length - LOGCAT_MAX_ROWS);
+      }
+    } else {
+      logcatAppend(fresh);
+    }
+    logcatSchedule();
+  }
+
+  function logcatAppend(items) {
+    const rows = lc.rows;
+    for (const item of items) {
+      if (item.kind === "restart") {
+        rows.push({ item, text: String(item.text || "the app restarted"), line: 0, start: false });
+        lc.last = item;
+        continue;
+      }
+      lc.lines += 1;
+      const crash = item.crash || null;
+      const last = lc.last;
+      // One block: consecutive lines of one crash kind about one app (a tombstone's lines
+      // come from crash_dump's pid, its "Fatal signal" line from the app's).
+      const start = Boolean(crash) &&
+        !(last && last.kind !== "restart" && last.crash === crash && last.app === item.app);
+      const parts = String(item.message ?? "").replace(/\n+$/, "").split("\n");
+      const shown = Math.min(parts.length, LOGCAT_MESSAGE_LINES);
+      for (let i = 0; i < shown; i += 1) rows.push({ item, text: parts[i], line: i, start: start && i === 0 });
+      if (shown < parts.length) {
+        rows.push({ item, text: `… ${parts.length - shown} more lines`, line: shown, start: false });
+      }
+      lc.last = item;
+    }
+    if (rows.length > LOGCAT_MAX_ROWS) {
+      const cut = rows.length - LOGCAT_MAX_ROWS + LOGCAT_TRIM;
+      rows.splice(0, cut);
+      lc.shift += cut;
+      lc.dropped = true;
+    }
+  }
+
+  function logcatSchedule() {
+    if (!lc.frame) lc.frame = requestAnimationFrame(logcatPaint);
+  }
+
+  function logcatTime(item) {
+    if (item.clock === undefined) {
+      const text = String(item.time || "");
+      // "2024-05-01T12:00:00.123456Z": to the millisecond, in this browser's time zone.
+      const date = new Date(text.length > 24 ? text.slice(0, 23) + "Z" : text);
+      item.clock = Number.isNaN(date.getTime()) ? text
+        : `${clock(date)}.${String(date.getMilliseconds()).padStart(3, "0")}`;
+    }
+    return item.clock;
+  }
+
+  function logcatRowNode() {
+    const node = el("div", { cls: "logcat-row" });
+    for (const cls of ["lc-time", "lc-pid", "lc-level", "lc-tag", "lc-badge", "lc-msg"]) {
+      node.appendChild(el("span", { cls }));
+    }
+    return node;
+  }
+
+  function logcatFill(node, row, index) {
+    const item = row.item;
+    const [time, pid, level, tag, badge, message] = node.children;
+    node.dataset.index = String(index);
+    node.dataset.seq = String(item.seq);
+    if (item.kind === "restart") {
+      node.className = "logcat-row restart";
+      for (const cell of [time, pid, level, tag, badge]) setText(cell, "");
+      setText(message, row.text);
+      node.title = "";
+      return;
+    }
+    const letter = LOGCAT_LEVELS.includes(item.level) ? item.level : "V";
+    let cls = `logcat-row lv-${letter}`;
+    if (row.line > 0) cls += " more";
+    if (item.crash) cls += ` crash crash-${CRASH_WORDS[item.crash] ? item.crash : "other"}`;
+    if (row.start) cls += " crash-start";
+    if (node.className !== cls) node.className = cls;
+    const head = row.line === 0;
+    setText(time, head ? logcatTime(item) : "");
+    setText(pid, head ? item.pid : "");
+    setText(level, letter);
+    setText(tag, head ? item.tag : "");
+    setText(badge, row.start ? CRASH_WORDS[item.crash] || String(item.crash) : "");
+    setText(message, row.text);
+    const title = `${item.app || "pid " + item.pid} · pid ${item.pid} tid ${item.tid}` +
+      (item.buffer ? ` · ${item.buffer}` : "");
+    if (node.title !== title) node.title = title;
+  }
+
+  function logcatPaint() {
+    lc.frame = 0;
+    const view = $("logcat-view");
+    const total = lc.rows.length;
+    const sizer = $("logcat-sizer");
+    const height = `${total * LOGCAT_ROW_PX}px`;
+    if (sizer.style.height !== height) sizer.style.height = height;
+    if (lc.follow) {
+      view.scrollTop = view.scrollHeight;
+    } else if (lc.shift) {
+      view.scrollTop = Math.max(0, view.scrollTop - lc.shift * LOGCAT_ROW_PX);
+    }
+    lc.shift = 0;
+    const top = view.scrollTop;
+    const first = Math.max(0, Math.floor(top / LOGCAT_ROW_PX) - LOGCAT_OVERSCAN);
+    const end = Math.min(total, Math.ceil((top + view.clientHeight) / LOGCAT_ROW_PX) + LOGCAT_OVERSCAN);
+    const count = Math.max(0, end - first);
+    const holder = $("logcat-rows");
+    holder.style.transform = `translateY(${first * LOGCAT_ROW_PX}px)`;
+    while (lc.pool.length < count) {
+      const node = logcatRowNode();
+      lc.pool.push(node);
+      holder.appendChild(node);
+    }
+    for (const node of lc.pool.splice(count)) node.remove();
+    for (let i = 0; i < count; i += 1) logcatFill(lc.pool[i], lc.rows[first + i], first + i);
+    show($("logcat-follow"), !lc.follow && total > 0);
+    logcatStatus();
+  }
+
+  function logcatStatus() {
+    const words = { loading: "loading…", connecting: "connecting…", live: "live",
+      reconnecting: "reconnecting…", polling: `polling every ${LOGCAT_POLL_MS / 1000} s` };
+    const parts = [];
+    if (lc.lines || lc.mode) parts.push(`${formatCount(lc.lines)} line${lc.lines === 1 ? "" : "s"}`);
+    if (lc.dropped) parts.push(`the newest ${formatCount(LOGCAT_MAX_ROWS)} rows kept`);
+    if (words[lc.mode]) parts.push(words[lc.mode]);
+    setText($("logcat-status"), parts.join(" · "));
+    const pending = $("logcat-pending");
+    setText(pending, lc.paused
+      ? `paused · ${formatCount(lc.pendingLines)} new line${lc.pendingLines === 1 ? "" : "s"}` : "");
+    show(pending, lc.paused);
+    const pause = $("logcat-pause");
+    setText(pause, lc.paused ? "Resume" : "Pause");
+    pause.setAttribute("aria-pressed", String(lc.paused));
+    for (const button of document.querySelectorAll("#logcat-panel .level")) {
+      const at = LOGCAT_LEVELS.indexOf(button.dataset.level);
+      button.classList.toggle("on", at >= LOGCAT_LEVELS.indexOf(lc.level));
+      button.setAttribute("aria-pressed", String(button.dataset.level === lc.level));
+    }
+    const empty = lc.rows.length === 0 && (lc.mode === "live" || lc.mode === "polling");
+    note($("logcat-empty"), empty ? (lc.paused && lc.pendingLines ? "" : "No lines yet.") : "");
+  }
+
+  function logcatScrolled() {
+    const view = $("logcat-view");
+    const bottom = view.scrollTop + view.clientHeight >= view.scrollHeight - LOGCAT_ROW_PX / 2;
+    lc.follow = bottom;
+    logcatSchedule();
+  }
+
+  function logcatRestart() {
+    clearTimeout(lc.typing);
+    lc.typing = null;
+    if (state.shown && lc.blocked !== "off") logcatStart(state.shown);
+  }
+
+  function logcatTyped() {
+    clearTimeout(lc.typing);
+    lc.typing = setTimeout(logcatRestart, LOGCAT_TYPING_MS);
+  }
+
+  function logcatPause() {
+    lc.paused = !lc.paused;
+    if (!lc.paused && lc.pending.length) {
+      const held = lc.pending;
+      lc.pending = [];
+      logcatAppend(held);
+    }
+    if (!lc.paused) lc.pendingLines = 0;
+    logcatSchedule();
+  }
+
+  // `app.crashed` on the event stream: a badge in the panel's head (the lines themselves come
+  // with the log, marked), for the shown VM's app or, with "whole device", any app on it.
+  function logcatCrashed(data) {
+    const vm = shownVm();
+    if (!vm || !vm.device || !data || data.device !== vm.device) return;
+    if (!$("logcat-all").checked && data.app !== (vm.package || vm.app)) return;
+    const badge = $("logcat-crash");
+    const words = CRASH_WORDS[data.kind] || String(data.kind || "crash");
+    setText(badge, `${words}: ${data.app || "pid " + data.pid} at ${clock(new Date())}`);
+    badge.dataset.kind = String(data.kind || "");
+    show(badge, true);
+  }
+
+  function logcatShowCrash() {
+    let index = -1;
+    for (let i = lc.rows.length - 1; i >= 0; i -= 1) {
+      if (lc.rows[i].start) {
+        index = i;
+        break;
+      }
+    }
+    if (index < 0) return;
+    lc.follow = false;
+    $("logcat-view").scrollTop = Math.max(0, index - 2) * LOGCAT_ROW_PX;
+    logcatSchedule();
+  }
+
+  function initLogcat() {
+    for (const button of document.querySelectorAll("#logcat-panel .level")) {
+      button.addEventListener("click", () => {
+        if (lc.level === button.dataset.level) return;
+        lc.level = button.dataset.level;
+        logcatRestart();
+      });
+    }
+    for (const id of ["logcat-tag", "logcat-grep"]) {
+      const input = $(id);
+      input.addEventListener("input", logcatTyped);
+      input.addEventListener("keydown", (e) => {
+        if (e.key === "Enter") logcatRestart();
+      });
+    }
+    $("logcat-all").addEventListener("change", logcatRestart);
+    $("logcat-pause").addEventListener("click", logcatPause);
+    $("logcat-clear").addEventListener("click", logcatClear);
+    $("logcat-follow").addEventListener("click", () => {
+      lc.follow = true;
+      logcatSchedule();
+    });
+    $("logcat-crash").addEventListener("click", logcatShowCrash);
+    $("logcat-view").addEventListener("scroll", logcatScrolled, { passive: true });
+    window.addEventListener("resize", logcatSchedule);
+    logcatStatus();
+  }
+
   // ------------------------------------------------------------------------------ profiling
   //
   // DDMS's profiling buttons: method trace, heap dump, allocation tracker, kill. What the VM
@@ -1504,6 +2006,7 @@
     $("stack-close").addEventListener("click", closeStack);
     $("gc").addEventListener("click", causeGc);
     initProfiling();
+    initLogcat();
     $("token-form").addEventListener("submit", (e) => {
       e.preventDefault();
       state.token = $("token-input").value.trim();
