@@ -29,7 +29,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import quote
@@ -65,6 +65,7 @@ __all__ = [
     "Api",
     "DaemonAddress",
     "Failure",
+    "app_name",
     "clients",
     "config_option",
     "daemon_address",
@@ -221,12 +222,12 @@ class Api:
         method: str,
         path: str,
         *,
-        params: dict[str, str] | None = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
         read_timeout: float = READ_TIMEOUT,
     ) -> Any:
         import httpx
 
-        query = dict(params or {})
+        query: dict[str, str | Sequence[str]] = dict(params or {})
         if self.address.device is not None:
             query["device"] = self.address.device
         base = self.address.shown
@@ -379,6 +380,52 @@ def _is_tty() -> bool:
         return False
 
 
+def app_name(vm: Mapping[str, Any]) -> str | None:
+    """The name a VM's app is known by across restarts: its package, else its app name."""
+    for name in (vm.get("package"), vm.get("app")):
+        if name and not str(name).startswith("<"):
+            return str(name)
+    return None
+
+
+async def _app_again(
+    api: Api,
+    vm: dict[str, Any],
+    failure: Failure,
+    interval: float,
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """After `failure` of a request about `vm`: the VM its app runs in now (same device, same
+    name). `failure` is raised again when `vm` is still there (it was about something else) or
+    has no name to follow; while the app is not running, the list is asked every `interval`.
+    """
+    import trio
+
+    name = app_name(vm)
+    if name is None:
+        raise failure
+    waiting = False
+    while True:
+        listed = await api.call("GET", f"{API}/vms")
+        found = [
+            other
+            for other in (listed if isinstance(listed, list) else [])
+            if isinstance(other, dict)
+            and other.get("device") == vm.get("device")
+            and app_name(other) == name
+        ]
+        if any(other.get("id") == vm["id"] for other in found):
+            raise failure
+        if found:
+            again = found[-1]
+            note(f"{name} restarted (pid {vm.get('pid')} \u2192 {again.get('pid')})")
+            return again
+        if not waiting:
+            note(f"waiting for {name} to start again")
+            waiting = True
+        await trio.sleep(interval)
+
+
 @click.command("threads", short_help="Show a VM's threads and their states (--watch: live).")
 @target_argument
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
@@ -402,9 +449,19 @@ def threads(
     control: str | None,
     device: str | None,
 ) -> None:
-    """Show the threads of the VM TARGET (id, pid, app or package name)."""
+    """Show the threads of the VM TARGET (id, pid, app or package name).
+
+    With --watch, an app that dies is waited for and followed into its next process.
+    """
     where = daemon_address("threads", config_file, control, device)
     tty = _is_tty()
+    last_note = ""
+
+    def note(text: str) -> None:
+        """A line about the app watched (restarted, waiting); kept in a redrawn header."""
+        nonlocal last_note
+        last_note = f" -- {text}"
+        click.echo(text, err=as_json)
 
     def show(body: Any, frame: int) -> None:
         if as_json:
@@ -413,7 +470,9 @@ def threads(
         text = format_threads(body)
         if watch and tty:
             stamp = time.strftime("%H:%M:%S")
-            click.echo(f"\x1b[H\x1b[2Jevery {interval:g} s, {stamp}  (Ctrl-C to stop)\n{text}")
+            click.echo(
+                f"\x1b[H\x1b[2Jevery {interval:g} s, {stamp}  (Ctrl-C to stop){last_note}\n{text}"
+            )
         elif watch:
             # A pipe or a file: no terminal codes; a time line before each table instead.
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -426,8 +485,20 @@ def threads(
 
         frame = 0
         path = api.vm_path(target, "/threads")
+        vm: dict[str, Any] | None = None  # the VM watched (--watch follows its app by name)
         while True:
-            show(await api.call("GET", path), frame)
+            try:
+                body = await api.call("GET", path)
+            except Failure as failure:
+                if vm is None or not watch:
+                    raise
+                vm = await _app_again(api, vm, failure, interval, note)
+                path = api.vm_path(vm["id"], "/threads")
+                continue
+            if isinstance(body, dict) and isinstance(body.get("vm"), dict):
+                vm = body["vm"]
+                path = api.vm_path(body["vm"]["id"], "/threads")
+            show(body, frame)
             frame += 1
             if not watch or (count is not None and frame >= count):
                 return

