@@ -45,6 +45,8 @@ from ddmd.drive.ports import CurrentVmListener, VmPorts
 from ddmd.drive.supervisor import Supervisor
 from ddmd.errors import PortInUse
 from ddmd.ext.loading import load_handlers
+from ddmd.logcat.device import LogcatSettings
+from ddmd.logcat.hub import LogcatHub
 from ddmd.logs import Event
 from ddmd.portbook import SECONDS_PER_DAY, PortBook, PortEntry, format_time
 from ddmd.registry import VmRegistry
@@ -96,6 +98,23 @@ async def run(
     hub = events.EventHub()
     registry_events = events.RegistryEvents(registry, hub)
     scanners: list[PortScanner] = []
+    # Devices' logs (ddmd.logcat): one stream per device, read through the adb server.
+    logcat: LogcatHub | None = None
+    if config.adb.enabled != "off":
+        from ddmd.discovery.adbserver import AdbServer  # adbutils: slow to import, adb only
+
+        adb_server = AdbServer(config.adb, config.timeouts.adb)
+        logcat = LogcatHub(
+            registry,
+            adb_server.open,
+            LogcatSettings(
+                buffer_lines=config.logcat.buffer_lines,
+                keep=config.logcat.keep,
+                idle_stop=config.logcat.idle_stop,
+                stall=config.logcat.stall_timeout,
+            ),
+            lambda name, fields: hub.emit(name, **fields),
+        )
     collector = metrics.DaemonCollector(
         registry,
         vms=lambda: list(supervisor.actors.values()),
@@ -137,6 +156,7 @@ async def run(
             health={"adb": _adb_health(config)},
             extensions=extensions.to_json(),
             capture_dir=config.debugger.state_file.parent / "captures",
+            logcat=logcat,
         )
         tcp = (config.control.host, config.control.port) if config.control.tcp else None
         try:
@@ -219,6 +239,8 @@ async def run(
                             adb.vm_ended(key, protocol_error=broke, reason=reason)
 
                     supervisor.on_vm_ended = vm_ended
+                    if logcat is not None:
+                        inner.start_soon(logcat.run)
                     await send.aclose()
 
         root.start_soon(discovery_and_vms)

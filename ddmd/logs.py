@@ -182,6 +182,9 @@ class Event(StrEnum):
     FRONT_UPSTREAM_UNAVAILABLE = "front.upstream_unavailable"
     FRONT_SERVER_STOPPED = "front.server_stopped"  # the adb server the front started, at exit
     FRONT_CLIENT_FAILED = "front.client_failed"  # a bug met serving one client: it is closed
+    # devices' logs (ddmd.logcat)
+    APP_CRASHED = "app.crashed"  # a Java crash, a native crash (tombstone) or an ANR
+    LOGCAT_STREAM_PROBLEM = "logcat.stream_problem"  # broke, stalled, malformed: reopened
     # control API
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"

@@ -50,6 +50,7 @@ from ddmd.config.schema import (
     FrontConfig,
     FrontOnKill,
     LimitsConfig,
+    LogcatConfig,
     LogConfig,
     LogFormat,
     LogLevel,
@@ -505,6 +506,14 @@ def parse_config(
         request_timeout=fr.get(fr.seconds, "request_timeout"),
     )
 
+    lc = sec["logcat"]
+    logcat = LogcatConfig(
+        keep=lc.get(lc.boolean, "keep"),
+        buffer_lines=lc.get(lc.integer, "buffer_lines", minimum=100, maximum=10_000_000),
+        idle_stop=lc.get(lc.seconds, "idle_stop"),
+        stall_timeout=lc.get(lc.seconds, "stall_timeout"),
+    )
+
     d = sec["debugger"]
     state_file = d.get(d.path, "state_file", env, base_dir)
     debugger = DebuggerConfig(
@@ -578,6 +587,7 @@ def parse_config(
         security=security,
         extensions=extensions,
         front=front,
+        logcat=logcat,
         source=source,
     )
     _check_ports(config, sec)

@@ -36,6 +36,7 @@ __all__ = [
     "LogConfig",
     "LogFormat",
     "LogLevel",
+    "LogcatConfig",
     "MonitorConfig",
     "PortRange",
     "ScanConfig",
@@ -95,6 +96,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "open_timeout": 5.0,
                 "request_timeout": 10.0,
             }
+        ),
+        "logcat": MappingProxyType(
+            {"keep": False, "buffer_lines": 20_000, "idle_stop": 30.0, "stall_timeout": 10.0}
         ),
         "debugger": MappingProxyType(
             {
@@ -284,6 +288,19 @@ class FrontConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LogcatConfig:
+    """[logcat]: devices' logs (``ddmd.logcat``). One stream per device, opened when the first
+    viewer arrives (or at once with ``keep``) and closed ``idle_stop`` seconds after the last
+    leaves; ``buffer_lines`` entries are kept per device for ``--since`` and the web page; a
+    stream stopped inside an entry for ``stall_timeout`` seconds is reopened."""
+
+    keep: bool = False
+    buffer_lines: int = 20_000
+    idle_stop: float = 30.0
+    stall_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class DebuggerConfig:
     """[debugger]: where debuggers connect. `state_file` is already resolved to a path."""
 
@@ -384,6 +401,7 @@ class Config:
     security: SecurityConfig
     extensions: ExtensionsConfig = field(default_factory=ExtensionsConfig)
     front: FrontConfig = field(default_factory=FrontConfig)
+    logcat: LogcatConfig = field(default_factory=LogcatConfig)
     source: str | None = field(default=None, compare=False)
 
     @classmethod

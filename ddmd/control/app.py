@@ -64,6 +64,7 @@ from starlette.types import ASGIApp
 
 from ddmd import __version__
 from ddmd.control import ddms, heapimage, web
+from ddmd.control import logcat as logcat_routes
 from ddmd.control.server import ControlBound, serve_control
 from ddmd.control.shapes import image_json, stack_json, threads_json
 from ddmd.errors import (
@@ -75,6 +76,7 @@ from ddmd.errors import (
     VmRequestError,
     WrongState,
 )
+from ddmd.logcat.hub import LogcatHub
 from ddmd.logs import Event, get_logger
 from ddmd.peers import PeerGuard
 from ddmd.portbook import PortBook, PortEntry
@@ -525,6 +527,7 @@ def create_app(
     health: Mapping[str, Any] | None = None,
     extensions: Mapping[str, Any] | None = None,
     capture_dir: Path | None = None,
+    logcat: LogcatHub | None = None,
 ) -> Starlette:
     """The control API over `registry`.
 
@@ -550,6 +553,7 @@ def create_app(
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
         *ddms.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),
+        *logcat_routes.routes(vm, API_PREFIX, api._resolve, _guarded, logcat),
         Route(API_PREFIX + "/extensions", _guarded(api.ext_list), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
         Route(vm + "/heap.png", _guarded(api.heap_png), methods=["GET"]),

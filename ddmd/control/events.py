@@ -97,6 +97,7 @@ class StreamEvent(StrEnum):
     DEVICE_CHANGED = "device.changed"
     DEVICE_GONE = "device.gone"
     EXT_UPDATED = "ext.updated"
+    APP_CRASHED = "app.crashed"  # from a device's log (ddmd.logcat), also in the log
     DAEMON_STOPPING = "daemon.stopping"
     OVERFLOW = "overflow"
 

@@ -1,0 +1,287 @@
+"""One device's log: one stream however many viewers, read in logcat's binary format through
+the adb server, attributed to apps, kept in a bounded ring and passed on in batches.
+
+Layer: trio, structlog, logs, ``ddmd.protocol.logcat`` and the sans-IO parts of this folder.
+The adb side is one callable (``Opener``: serial, service -> stream), so tests and other
+servers fit.
+
+Lifecycle: the stream opens when the first viewer arrives (or at once with ``[logcat] keep``),
+and closes ``idle_stop`` seconds after the last one leaves. It reopens with back-off when the
+device or the adb server goes away, and when the stream breaks the format (each kind of
+breakage logged once per device); a reopened stream asks only for what came after the last
+entry seen, and entries seen already are skipped.
+
+Why binary (``logcat -B``): every field is in it (time to the nanosecond, pid, tid, level, tag,
+message, the buffer), a multi-line message is one entry, a tag may hold spaces, and nothing
+has to be guessed from a text format that differs between Android versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+
+from ddmd.logcat.apps import AppTracker, Seen
+from ddmd.logcat.crashes import Crash, CrashDetector
+from ddmd.logcat.lines import Item, Line, LineFilter, Restart, Ring
+from ddmd.logs import Event
+from ddmd.protocol.logcat import EOF, NEED_DATA, LogcatDecoder, LogcatMalformed, LogEntry
+
+__all__ = ["BUFFERS", "DeviceLogcat", "LogcatSettings", "Opener", "Viewer"]
+
+log = structlog.get_logger("ddmd.logcat")
+
+#: The buffers a plain ``adb logcat`` shows (a Java crash lands in "crash").
+BUFFERS = ("main", "system", "crash")
+Opener = Callable[[str, str], Awaitable[trio.abc.Stream]]
+RETRY_FIRST = 0.5
+RETRY_MAX = 10.0
+#: Quiet this long after a crash's first lines: its block is over.
+CRASH_QUIET = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LogcatSettings:
+    buffer_lines: int = 20_000
+    keep: bool = False
+    idle_stop: float = 30.0
+    stall: float = 10.0  # a partial entry that gets no more bytes for this long: reopened
+    viewer_batches: int = 1024  # batches that may wait for one viewer before it loses some
+
+
+@dataclass(eq=False)
+class Viewer:
+    """One subscriber: its filter and its bounded queue of batches (lists of items)."""
+
+    wanted: LineFilter
+    send: trio.MemorySendChannel[list[Item]]
+    dropped: int = 0
+
+
+@dataclass
+class _Stats:
+    entries: int = 0
+    opens: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+
+
+class DeviceLogcat:
+    """The log of device ``serial``. ``vms()``: pid -> app of ddmd's VMs on it now;
+    ``publish(name, fields)``: an event for the event stream (``app.crashed``)."""
+
+    def __init__(
+        self,
+        serial: str,
+        opener: Opener,
+        settings: LogcatSettings,
+        vms: Callable[[], Mapping[int, str]],
+        publish: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self.serial = serial
+        self._opener = opener
+        self.settings = settings
+        self._vms = vms
+        self._publish = publish
+        self.ring = Ring(settings.buffer_lines)
+        self._apps = AppTracker()
+        self._crashes = CrashDetector()
+        self._viewers: set[Viewer] = set()
+        self._wanted = trio.Event()
+        self._last: tuple[int, int] | None = None  # (sec, nsec) of the newest entry seen
+        self._last_keys: set[tuple[int, int, int, str]] = set()  # entries at that instant
+        self.stats = _Stats()
+        self.streaming = False
+
+    # ------------------------------------------------------------------ viewers
+
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
+    @contextlib.contextmanager
+    def subscribe(self, wanted: LineFilter) -> Iterator[trio.MemoryReceiveChannel[list[Item]]]:
+        """Batches of new items matching ``wanted`` while the context lasts."""
+        send, receive = trio.open_memory_channel[list[Item]](self.settings.viewer_batches)
+        viewer = Viewer(wanted, send)
+        self._viewers.add(viewer)
+        self._wanted.set()
+        try:
+            yield receive
+        finally:
+            self._viewers.discard(viewer)
+            send.close()
+
+    def select(self, wanted: LineFilter, **kw: Any) -> list[Item]:
+        return self.ring.select(wanted, **kw)
+
+    # ------------------------------------------------------------------ the stream
+
+    async def run(self) -> None:
+        """Follow the device's log while someone wants it; never returns (cancel it)."""
+        failures = 0
+        while True:
+            await self._wait_for_viewers()
+            try:
+                stream = await self._opener(self.serial, self._service())
+            except Exception as exc:  # the adb edge: anything here means "not now"
+                failures += 1
+                self._problem("open_failed", f"could not open the log: {exc}")
+                await trio.sleep(min(RETRY_MAX, RETRY_FIRST * 2 ** min(failures, 6)))
+                continue
+            self.stats.opens += 1
+            self.streaming = True
+            try:
+                how = await self._follow(stream)
+            finally:
+                self.streaming = False
+                with trio.move_on_after(1) as cleanup:
+                    cleanup.shield = True
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
+            self._crashed(self._crashes.flush())
+            if how == "idle":
+                failures = 0
+                continue
+            failures = failures + 1 if how != "ended" else 1
+            await trio.sleep(min(RETRY_MAX, RETRY_FIRST * 2 ** min(failures, 6)))
+
+    def _service(self) -> str:
+        buffers = " ".join(f"-b {b}" for b in BUFFERS)
+        if self._last is None:
+            since = str(self.settings.buffer_lines)  # the newest N of the device's backlog
+        else:
+            sec, nsec = self._last
+            since = f"{sec}.{nsec:09d}"  # what came after the last entry seen
+        return f"exec:logcat -B {buffers} -T {since}"
+
+    async def _wait_for_viewers(self) -> None:
+        while not self._viewers and not self.settings.keep:
+            self._wanted = trio.Event()
+            await self._wanted.wait()
+
+    async def _follow(self, stream: trio.abc.Stream) -> str:
+        """Read until the stream ends ("ended"), breaks ("broken") or nobody watches ("idle")."""
+        decoder = LogcatDecoder()
+        unwatched_since: float | None = None
+        while True:
+            now = trio.current_time()
+            if self._viewers or self.settings.keep:
+                unwatched_since = None
+            elif unwatched_since is None:
+                unwatched_since = now
+            elif now - unwatched_since >= self.settings.idle_stop:
+                return "idle"
+            quiet = CRASH_QUIET if decoder.buffered == 0 else self.settings.stall
+            with trio.move_on_after(quiet) as waited:
+                try:
+                    data = await stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._problem("broken", f"the log stream broke: {exc}")
+                    return "broken"
+            if waited.cancelled_caught:
+                if decoder.buffered:
+                    self._problem(
+                        "stalled",
+                        f"the log stream stopped inside an entry for {self.settings.stall:g} s",
+                    )
+                    return "broken"
+                self._crashed(self._crashes.flush())
+                continue
+            decoder.receive_data(data)
+            try:
+                entries = list(_drain(decoder))
+            except LogcatMalformed as exc:
+                self._problem("malformed", str(exc))
+                return "broken"
+            if entries:
+                self._take(entries)
+            if not data:
+                self._problem("ended", "the log stream ended (the device or adb went away)")
+                return "ended"
+
+    # ------------------------------------------------------------------ entries
+
+    def _take(self, entries: list[LogEntry]) -> None:
+        ring = self.ring
+        items: list[Item] = []
+        crashes: list[Crash] = []
+        items += self._restarts(self._apps.sync(self._vms()), entries[0])
+        for entry in entries:
+            if not self._is_new(entry):
+                continue
+            app, seen = self._apps.observe(entry)
+            items += self._restarts(seen, entry)
+            mark, app, ended = self._crashes.observe(entry, app)
+            crashes += ended
+            items.append(Line(ring.take(), self.serial, entry, app, mark))
+        self.stats.entries += len(entries)
+        ring.add(items)
+        self._deliver(items)
+        self._crashed(crashes)
+
+    def _is_new(self, entry: LogEntry) -> bool:
+        """Skip what a reopened stream sends again (it asks from the last instant seen)."""
+        stamp = (entry.sec, entry.nsec)
+        key = (entry.sec, entry.nsec, entry.pid, entry.tag)
+        last = self._last
+        if last is not None and stamp < last:
+            return False
+        if stamp == last:
+            if key in self._last_keys:
+                return False
+            self._last_keys.add(key)
+            return True
+        self._last, self._last_keys = stamp, {key}
+        return True
+
+    def _restarts(self, seen: list[Seen], entry: LogEntry) -> list[Item]:
+        time = entry.sec + entry.nsec / 1e9
+        return [
+            Restart(self.ring.take(), self.serial, s.app, s.old_pid, s.new_pid, time) for s in seen
+        ]
+
+    def _crashed(self, crashes: list[Crash]) -> None:
+        for crash in crashes:
+            fields = {
+                "device": self.serial,
+                "app": crash.app,
+                "pid": crash.pid,
+                "kind": crash.kind,
+                "lines": list(crash.lines),
+            }
+            log.warning(Event.APP_CRASHED, **fields)
+            self._publish(Event.APP_CRASHED, fields)
+
+    def _deliver(self, items: list[Item]) -> None:
+        if not items:
+            return
+        for viewer in list(self._viewers):
+            batch = [item for item in items if viewer.wanted.matches(item)]
+            if not batch:
+                continue
+            try:
+                viewer.send.send_nowait(batch)
+            except trio.WouldBlock:
+                viewer.dropped += len(batch)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._viewers.discard(viewer)
+
+    def _problem(self, kind: str, message: str) -> None:
+        count = self.stats.problems.get(kind, 0)
+        self.stats.problems[kind] = count + 1
+        report = log.warning if count == 0 else log.debug
+        report(Event.LOGCAT_STREAM_PROBLEM, device=self.serial, problem=kind, error=message)
+
+
+def _drain(decoder: LogcatDecoder) -> Iterator[LogEntry]:
+    while True:
+        event = decoder.next_entry()
+        if event is NEED_DATA or event is EOF:
+            return
+        assert isinstance(event, LogEntry)
+        yield event
