@@ -7,9 +7,11 @@ benchmarks (``adb -P SERVERPORT connect 127.0.0.1:DEVPORT``; the device then sho
     ... adb -P 5637 connect 127.0.0.1:{port} ...
     device.add_pid(4243, "127.0.0.1", jvm_port)   # track-jdwp streams get the new list
     device.remove_pid(4242)                       # ... and its open jdwp streams close
+    device.log(records)                           # logcat -B records, to every logcat stream
 
 Command line: ``python -m ddmd.sim.adbd --port 5599 --pid 4242=127.0.0.1:8000 [--pid ...]
-[--adb-port 5637 [--adb adb]]``; it prints one line naming the serial once ready.
+[--logcat FILE] [--adb-port 5637 [--adb adb]]``; it prints one line naming the serial once
+ready. FILE holds ``logcat -B`` output (``adb exec-out logcat -B -d > FILE``): the log ring.
 
 The transport protocol (adb's ``protocol.txt``): every message is a 24-byte little-endian
 header (command, arg0, arg1, data length, data check = the sum of the payload bytes, magic =
@@ -31,9 +33,21 @@ Device services, as a real ART device answers them (docs adb-front.md section 1)
   (the client sees ``FAIL0006closed``). A second ``jdwp:PID`` while one stream to that pid
   is open is accepted and dropped at once, as ART's adbconnection does ("Ignoring second
   debugger. Accept then drop!"): ``OKAY`` then EOF;
-* ``shell:CMD``: ``echo``, ``getprop [KEY]``, ``ps``; anything else prints
-  ``/system/bin/sh: CMD: not found``; then close;
+* ``shell:CMD`` and ``exec:CMD`` (a raw pipe on a real device): ``echo``, ``getprop [KEY]``,
+  ``ps``; anything else prints ``/system/bin/sh: CMD: not found``; then close;
+* ``shell:logcat ARGS`` / ``exec:logcat ARGS``: the device's log in logcat's binary format
+  (``-B``; without it one line says so): the ring first (all of it, or ``-T N`` records, or
+  ``-T SEC.FRACTION`` onwards), then every record logged later (`FakeDevice.log`,
+  `FakeDevice.replay`), until the stream closes; ``-d`` / ``-t`` print the ring and exit
+  (`LogcatOptions`). ``-b`` and filters are ignored;
 * anything else is refused (``CLSE`` at once).
+
+The log: ``FakeDevice(logcat=BACKLOG)`` or `FakeDevice.set_log` fill the ring (whole records,
+the oldest dropped past ``log_ring_bytes``); ``device.log(records)`` appends and sends to every
+open logcat stream (bytes that are not records, ``b"garbage"``, go out as they are); ``await
+device.replay(records, lines_per_second=20_000, loop=True)`` logs a batch per tick and waits
+while a stream is over a high-water mark (the adb flow control reaches back to it). A stream
+more than ``log_follower_bytes`` behind is closed (logd drops a reader that cannot keep up).
 
 Input from the server is untrusted: a bad header (magic, unknown command, a payload over
 256 KiB, a wrong data check), a message out of place, or a server that stalls in the middle
@@ -53,8 +67,8 @@ import contextlib
 import shlex
 import struct
 import sys
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
@@ -76,6 +90,7 @@ __all__ = [
     "AdbTransportError",
     "DeviceStatistics",
     "FakeDevice",
+    "LogcatOptions",
     "Message",
     "MessageDecoder",
     "banner",
@@ -83,6 +98,9 @@ __all__ = [
     "decode_header",
     "encode_message",
     "main",
+    "parse_logcat_args",
+    "shell_output",
+    "split_log_records",
 ]
 
 logger = structlog.get_logger()
@@ -268,6 +286,205 @@ class DeviceStatistics:
     connect_failed: int = 0  # jdwp:PID accepted, the pid's TCP connect failed
     bytes_to_vm: int = 0
     bytes_from_vm: int = 0
+    log_records: int = 0  # records logged (set_log, log, replay) since the device was made
+    log_followers: int = 0  # logcat streams following the log now
+    log_overflows: int = 0  # followers closed because they fell too far behind
+
+
+# --------------------------------------------------------------------------------------------
+# The device's log (logcat -B)
+
+_LOG_PREFIX: Final = struct.Struct("<HH")
+_LOG_STAMP: Final = struct.Struct("<II")  # sec, nsec at offset 12 of every header version
+_LOGCAT_PROGRAMS: Final = frozenset({"logcat", "/system/bin/logcat"})
+#: logcat's one-letter options that take a value (besides -t and -T).
+_LOGCAT_VALUED: Final = frozenset("bvefGnrmP")
+
+
+def split_log_records(data: bytes) -> list[bytes]:
+    """``data`` (logcat -B output) cut into records by their headers (``len`` and
+    ``hdr_size``, 0 meaning 20). Bytes that do not make a whole record (garbage, a cut tail)
+    are kept as one last piece, so nothing is lost."""
+    out: list[bytes] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < _LOG_PREFIX.size:
+            out.append(data[pos:])
+            break
+        length, hdr_size = _LOG_PREFIX.unpack_from(data, pos)
+        size = (hdr_size or 20) + length
+        if (hdr_size not in (0, 20) and hdr_size < 24) or pos + size > end:
+            out.append(data[pos:])
+            break
+        out.append(data[pos : pos + size])
+        pos += size
+    return out
+
+
+def _stamp(record: bytes) -> tuple[int, int] | None:
+    """(sec, nsec) of a record; None for bytes too short to be one."""
+    if len(record) < 20:
+        return None
+    sec, nsec = _LOG_STAMP.unpack_from(record, 12)
+    return sec, nsec
+
+
+@dataclass(frozen=True, slots=True)
+class LogcatOptions:
+    """What the fake ``logcat`` does with its arguments: ``-B`` (binary), ``-d`` (dump the
+    ring and exit), ``-t N|TIME`` (the last N records, or those since TIME, and exit), ``-T
+    N|TIME`` (the same, then follow). TIME is seconds since the Epoch with a fraction
+    (``1700000000.250000000``), logcat's ``sssss.mmm`` form. ``-b``, ``-v``, ``-s`` and
+    filter specs are accepted and ignored: the stream carries whatever was logged."""
+
+    binary: bool = False
+    dump: bool = False
+    tail: int | None = None
+    since: tuple[int, int] | None = None
+
+
+def parse_logcat_args(args: list[str]) -> LogcatOptions:
+    """`LogcatOptions` of ``args``; ValueError (logcat's own complaint) for a bad ``-t``/``-T``
+    value or a missing option argument."""
+    binary = dump = False
+    tail: int | None = None
+    since: tuple[int, int] | None = None
+    words = iter(args)
+    for word in words:
+        if word.startswith("--"):
+            name = word[2:].partition("=")[0]
+            binary = binary or name == "binary"
+            dump = dump or name == "dump"
+            continue
+        if not word.startswith("-") or len(word) < 2:
+            continue  # a filter spec
+        flags = word[1:]
+        for i, flag in enumerate(flags):
+            if flag in "tT":
+                value = flags[i + 1 :] or next(words, None)
+                if value is None:
+                    raise ValueError(f"logcat: option requires an argument -- '{flag}'")
+                tail, since = _tail_or_since(value)
+                dump = dump or flag == "t"
+                break
+            if flag in _LOGCAT_VALUED:
+                if i == len(flags) - 1:
+                    next(words, None)  # its value is the next word
+                break  # the rest of this word is its value
+            binary = binary or flag == "B"
+            dump = dump or flag == "d"
+    return LogcatOptions(binary, dump, tail, since)
+
+
+def _tail_or_since(value: str) -> tuple[int | None, tuple[int, int] | None]:
+    whole, dot, fraction = value.partition(".")
+    if whole.isdigit() and not dot:
+        return int(whole), None
+    if whole.isdigit() and fraction.isdigit() and len(fraction) <= 9:
+        return None, (int(whole), int(fraction.ljust(9, "0")))
+    raise ValueError(f"logcat: -t/-T {value!r}: expected a count or seconds.fraction")
+
+
+class _LogFollower:
+    """One ``logcat`` stream following the log: what was logged since it last took."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = bytearray()
+        self.overflowed = False
+        self._wake = trio.Event()
+
+    def push(self, data: bytes) -> bool:
+        """Queue ``data``; False (and overflowed) once more than ``limit`` bytes wait."""
+        if self.overflowed:
+            return False
+        if len(self.pending) + len(data) > self.limit:
+            self.overflowed = True
+            self.pending.clear()
+        else:
+            self.pending += data
+        self._wake.set()
+        return not self.overflowed
+
+    def take(self) -> bytes:
+        data = bytes(self.pending)
+        self.pending.clear()
+        return data
+
+    async def wait(self) -> None:
+        if not self.pending and not self.overflowed:
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+
+class _DeviceLog:
+    """The device's log ring (whole records, the oldest dropped past ``ring_bytes``, never the
+    last one) and the streams that follow it."""
+
+    def __init__(self, stats: DeviceStatistics, ring_bytes: int, follower_bytes: int) -> None:
+        self._stats = stats
+        self.ring_bytes = ring_bytes
+        self.follower_bytes = follower_bytes
+        self._ring: deque[tuple[tuple[int, int] | None, bytes]] = deque()
+        self._size = 0
+        self.followers: set[_LogFollower] = set()
+        self._drained = trio.Event()
+
+    def contents(self) -> bytes:
+        return b"".join(record for _, record in self._ring)
+
+    def set(self, data: bytes) -> None:
+        self._ring.clear()
+        self._size = 0
+        self._keep(split_log_records(data))
+
+    def append(self, records: list[bytes]) -> None:
+        """Add ``records`` to the ring and queue them for every follower."""
+        if not records:
+            return
+        self._keep(records)
+        data = b"".join(records)
+        for follower in list(self.followers):
+            if not follower.push(data):
+                self._stats.log_overflows += 1
+                self.followers.discard(follower)
+
+    def _keep(self, records: list[bytes]) -> None:
+        ring = self._ring
+        for record in records:
+            ring.append((_stamp(record), record))
+            self._size += len(record)
+        self._stats.log_records += len(records)
+        while self._size > self.ring_bytes and len(ring) > 1:
+            self._size -= len(ring.popleft()[1])
+
+    def select(self, tail: int | None, since: tuple[int, int] | None) -> bytes:
+        """The ring, or its last ``tail`` records, or those stamped ``since`` or later
+        (bytes without a stamp always pass)."""
+        ring: list[tuple[tuple[int, int] | None, bytes]] = list(self._ring)
+        if tail is not None:
+            ring = ring[len(ring) - tail :] if tail else []
+        if since is not None:
+            ring = [(stamp, r) for stamp, r in ring if stamp is None or stamp >= since]
+        return b"".join(record for _, record in ring)
+
+    def follow(self) -> _LogFollower:
+        follower = _LogFollower(self.follower_bytes)
+        self.followers.add(follower)
+        return follower
+
+    def taken(self) -> None:
+        """A follower took its queue: wake `wait_drained`."""
+        self._drained.set()
+
+    async def wait_drained(self, high_water: int) -> bool:
+        """Until no follower has more than ``high_water`` bytes queued; whether it waited."""
+        waited = False
+        while any(len(f.pending) > high_water for f in self.followers):
+            waited = True
+            self._drained = trio.Event()
+            await self._drained.wait()
+        return waited
 
 
 # --------------------------------------------------------------------------------------------
@@ -600,6 +817,9 @@ class FakeDevice:
         okay_timeout: float = 60.0,
         connect_timeout: float = 5.0,
         max_streams: int = 512,
+        logcat: bytes = b"",
+        log_ring_bytes: int = 4 << 20,
+        log_follower_bytes: int = 16 << 20,
     ) -> None:
         self.pids: dict[int, tuple[str, int]] = {}
         self.process_names: dict[int, str] = dict(process_names or {})
@@ -618,6 +838,8 @@ class FakeDevice:
         self._changed = trio.Event()
         self._relays: dict[int, set[_Stream]] = {}
         self._port: int | None = None
+        self._log = _DeviceLog(self._stats, log_ring_bytes, log_follower_bytes)
+        self._log.set(logcat)
         for pid, (host, port) in (pids or {}).items():
             self.add_pid(pid, host, port)
 
@@ -665,7 +887,77 @@ class FakeDevice:
             connect_failed=s.connect_failed,
             bytes_to_vm=s.bytes_to_vm,
             bytes_from_vm=s.bytes_from_vm,
+            log_records=s.log_records,
+            log_followers=len(self._log.followers),
+            log_overflows=s.log_overflows,
         )
+
+    # --- the log (logcat)
+
+    @property
+    def log_contents(self) -> bytes:
+        """The log ring now: what ``logcat -B -d`` prints."""
+        return self._log.contents()
+
+    def set_log(self, backlog: bytes) -> None:
+        """Replace the log ring with ``backlog`` (logcat -B records); open logcat streams
+        get nothing of it."""
+        self._log.set(backlog)
+
+    def log(self, records: bytes) -> None:
+        """Append ``records`` (logcat -B bytes, whole records or not: ``b"garbage"`` goes out
+        as is) to the ring and send them to every open logcat stream. A stream that falls more
+        than ``log_follower_bytes`` behind is closed, as logd drops a reader that cannot keep
+        up."""
+        if records:
+            self._log.append(split_log_records(records))
+
+    async def replay(
+        self,
+        records: bytes | Sequence[bytes],
+        *,
+        lines_per_second: float,
+        loop: bool = False,
+        tick: float = 0.01,
+        high_water: int = 1 << 20,
+    ) -> int:
+        """`log` ``records`` (bytes cut by `split_log_records`, or a sequence of records) at
+        ``lines_per_second``, one batch per ``tick`` seconds (the first at once); forever with
+        ``loop``. A late timer is caught up on the next batch; but while a logcat stream has
+        more than ``high_water`` bytes queued the replay waits (the adb flow control reaches
+        back to it) and that time is not caught up. Returns the number of records logged
+        (when not looping)."""
+        if lines_per_second <= 0 or tick <= 0:
+            raise ValueError("lines_per_second and tick must be positive")
+        items = split_log_records(records) if isinstance(records, bytes) else list(records)
+        if not items:
+            return 0
+        sent = index = 0
+        owed = lines_per_second * tick
+        last = trio.current_time()
+        while True:
+            count = int(owed + 1e-9)
+            owed -= count
+            batch: list[bytes] = []
+            while count > 0:
+                take = items[index : index + count]
+                batch += take
+                count -= len(take)
+                index += len(take)
+                if index == len(items):
+                    if not loop:
+                        break
+                    index = 0
+            self._log.append(batch)
+            sent += len(batch)
+            if not loop and index == len(items):
+                return sent
+            if await self._log.wait_drained(high_water):
+                last = trio.current_time()
+            await trio.sleep(tick)
+            now = trio.current_time()
+            owed += lines_per_second * (now - last)
+            last = now
 
     def open_jdwp_streams(self, pid: int) -> int:
         """How many ``jdwp:PID`` relays to ``pid`` are open now."""
@@ -717,8 +1009,12 @@ class FakeDevice:
                 self._stats.dropped += 1
                 return "jdwp-dropped", self._drop, None
             return "jdwp-relay", partial(self._relay, pid=pid), pid
-        if service.startswith("shell:"):
-            return "shell", partial(self._serve_shell, command=service[6:]), None
+        kind, colon, command = service.partition(":")
+        if colon and kind in ("shell", "exec"):
+            words = _words(command)
+            if words and words[0] in _LOGCAT_PROGRAMS:
+                return "logcat", partial(self._serve_logcat, args=words[1:]), None
+            return kind, partial(self._serve_shell, command=command), None
         return None
 
     async def _serve_jdwp_list(self, stream: _Stream) -> None:
@@ -743,6 +1039,42 @@ class FakeDevice:
         out = shell_output(command, self.properties, self.pids, self.process_names)
         if out:
             await stream.write(out)
+
+    async def _serve_logcat(self, stream: _Stream, *, args: list[str]) -> None:
+        """``logcat ARGS``: see `LogcatOptions`. Without ``-B`` it says it serves binary
+        only and exits (ddmd always asks for binary)."""
+        try:
+            options = parse_logcat_args(args)
+        except ValueError as exc:
+            await stream.write(f"{exc}\n".encode())
+            return
+        if not options.binary:
+            await stream.write(b"logcat: this fake device only serves the binary format: add -B\n")
+            return
+        log = self._log
+        if options.dump:
+            backlog = log.select(options.tail, options.since)
+            if backlog:
+                await stream.write(backlog)
+            return
+        # Snapshot and registration with no await between: nothing logged is missed.
+        backlog = log.select(options.tail, options.since)
+        follower = log.follow()
+        try:
+            if backlog:
+                await stream.write(backlog)
+            while True:
+                data = follower.take()
+                log.taken()
+                if data:
+                    await stream.write(data)
+                elif follower.overflowed:
+                    return
+                else:
+                    await follower.wait()
+        finally:
+            log.followers.discard(follower)
+            log.taken()
 
     async def _relay(self, stream: _Stream, *, pid: int) -> None:
         """``jdwp:PID``: the stream was registered in ``_relays[pid]`` when accepted."""
@@ -807,6 +1139,14 @@ class FakeDevice:
             scope.cancel()
 
 
+def _words(command: str) -> list[str]:
+    """A shell command's words (plain whitespace splitting if its quotes do not close)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
 def shell_output(
     command: str,
     properties: Mapping[str, str],
@@ -815,10 +1155,7 @@ def shell_output(
 ) -> bytes:
     """What the minimal shell prints for ``command``: ``echo``, ``getprop [KEY]``, ``ps``;
     anything else is "not found", as ``/system/bin/sh`` says it."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
+    words = _words(command)
     if not words:
         return b""
     name, args = words[0], words[1:]
@@ -874,6 +1211,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a debuggable pid and the JDWP address its jdwp:PID is relayed to",
     )
     parser.add_argument(
+        "--logcat",
+        type=argparse.FileType("rb"),
+        default=None,
+        metavar="FILE",
+        help="logcat -B output to serve as the device's log",
+    )
+    parser.add_argument(
         "--adb-port",
         type=int,
         default=None,
@@ -884,7 +1228,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    device = FakeDevice({pid: (host, port) for pid, host, port in args.pid})
+    backlog = b""
+    if args.logcat is not None:
+        with args.logcat as file:
+            backlog = file.read()
+    device = FakeDevice({pid: (host, port) for pid, host, port in args.pid}, logcat=backlog)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(partial(device.serve, args.port, host=args.host))
         serial = f"127.0.0.1:{port}"
