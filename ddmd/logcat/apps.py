@@ -3,8 +3,12 @@ HELO, APNM) and from ActivityManager's own lines for the processes ddmd does not
 
 Layer: standard library and ``ddmd.protocol`` only (sans-IO).
 
-- ddmd's VMs say "pid P is app A" (``sync``) at every batch: the surest source.
-- ``Start proc P:APP/...`` (ActivityManager) says the same for any app, debuggable or not.
+- ``Start proc P:APP/...`` (ActivityManager) says "pid P is app A" for any app, debuggable or
+  not, at the moment it happens: the log's own order.
+- ddmd's VMs say the same (``sync``) for now: used for a pid no log line named (a log opened
+  after the app started), and to see a restart the log does not tell. The first ``sync`` only
+  learns: the backlog that follows is older than what ddmd knows now, and must not be read as
+  restarts.
 - ``Process APP (pid P) has died`` ends it: that line still belongs to APP, later ones of P
   belong to nobody until P is someone's again, so a different app that reuses the pid is never
   shown as the old one.
@@ -38,21 +42,29 @@ class AppTracker:
     """pid -> app of one device, kept as entries and ddmd's VM list arrive."""
 
     def __init__(self) -> None:
-        self._app_of: dict[int, str] = {}
-        self._pid_of: dict[str, int] = {}
-        self._known: dict[int, str] = {}  # what ddmd's VMs said last time
+        self._app_of: dict[int, str] = {}  # from the log's lines
+        self._pid_of: dict[str, int] = {}  # each app's newest pid, from either source
+        self._vm_app_of: dict[int, str] = {}  # from ddmd's VMs, last time
+        self._vm_pid_of: dict[str, int] = {}
+        self._synced = False
 
     def app_of(self, pid: int) -> str | None:
-        return self._app_of.get(pid)
+        found = self._app_of.get(pid)
+        return found if found is not None else self._vm_app_of.get(pid)
 
     def sync(self, vms: Mapping[int, str]) -> list[Seen]:
-        """ddmd's VMs on this device now (pid -> app or package). Only what changed since the
-        last call is applied, so a log line that moved a pid on is not undone."""
+        """ddmd's VMs on this device now (pid -> app or package): the restarts they show that
+        the log has not told already."""
         out: list[Seen] = []
-        for pid, app in vms.items():
-            if self._known.get(pid) != app:
-                out += self._bind(pid, app)
-        self._known = dict(vms)
+        pid_of = {app: pid for pid, app in vms.items()}
+        if self._synced:
+            for app, pid in pid_of.items():
+                old = self._vm_pid_of.get(app)
+                if old is not None and old != pid and self._pid_of.get(app) != pid:
+                    out.append(Seen(app, self._pid_of.get(app, old), pid))
+                    self._pid_of[app] = pid
+        self._synced = True
+        self._vm_app_of, self._vm_pid_of = dict(vms), pid_of
         return out
 
     def observe(self, entry: LogEntry) -> tuple[str | None, list[Seen]]:
@@ -70,7 +82,7 @@ class AppTracker:
                     if self._app_of.get(pid) == app:
                         del self._app_of[pid]
                     return app, seen  # the line itself is the app's news
-        return self._app_of.get(entry.pid), seen
+        return self.app_of(entry.pid), seen
 
     def _bind(self, pid: int, app: str) -> list[Seen]:
         previous_app = self._app_of.get(pid)

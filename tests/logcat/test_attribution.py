@@ -124,3 +124,19 @@ def test_the_ring_keeps_the_newest_and_selects_by_seq_count_and_time():
     assert [i.seq for i in ring.select(every, last=1)] == [5]
     assert [i.seq for i in ring.select(every, since_time=3.5)] == [5]
     assert ring.select(every, last=0) == []
+
+
+def test_ddmds_vm_list_now_does_not_turn_the_backlog_into_restarts():
+    # ddmd already holds mail's second process when the log opens: its backlog still shows
+    # exactly one restart, 4242 -> 4301.
+    _, seen, _ = attribute(vms={rec.MAIL_PID_2: rec.MAIL})
+    assert seen == [Seen(rec.MAIL, rec.MAIL_PID, rec.MAIL_PID_2)]
+
+
+def test_a_restart_ddmd_sees_before_the_log_says_it_is_told_once():
+    apps = AppTracker()
+    assert apps.sync({10: "a"}) == []
+    assert apps.sync({11: "a"}) == [Seen("a", 10, 11)]
+    started = LogEntry(5, 0, 600, 600, 4, "ActivityManager", "Start proc 11:a/u0a1 for activity")
+    assert apps.observe(started) == ("a", [])  # already told
+    assert apps.app_of(11) == "a"
