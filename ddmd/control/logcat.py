@@ -38,6 +38,10 @@ __all__ = ["LOGCAT_EVENT", "routes"]
 Endpoint = Callable[[Request], Any]
 LOGCAT_EVENT = "logcat.lines"
 KEEPALIVE = 15.0
+#: How long a request for recent lines waits for a closed stream to open and catch up, and
+#: the quiet that says it has.
+CATCH_UP = 2.0
+QUIET = 0.2
 #: Lines sent at most before the stream goes live, when ``since`` does not say.
 DEFAULT_BACKLOG = 200
 
@@ -122,16 +126,22 @@ class _Logcat:
         try:
             device, app = self._where(request, by_vm=by_vm)
             wanted = self._filter(request, app)
-            items = self._backlog(device, wanted, request, None)
+            self._backlog(device, wanted, request, None)  # checks `since` early
         except _NoLogcat as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        if not device.streaming and not items:
-            # The first viewer opens the device's stream: give it a moment to fill.
-            with device.subscribe(wanted) as batches, trio.move_on_after(1.0):
-                first = await batches.receive()
-                items = first
+        if not device.streaming:
+            # Nobody follows this device's log now: open it (this request is its viewer) and
+            # give it a moment to bring the ring up to date.
+            with device.subscribe(wanted) as batches, trio.move_on_after(CATCH_UP):
+                await batches.receive()
+                while True:
+                    with trio.move_on_after(QUIET) as quiet:
+                        await batches.receive()
+                    if quiet.cancelled_caught:
+                        break
+        items = self._backlog(device, wanted, request, None)
         return JSONResponse(
             {
                 "device": device.serial,

@@ -22,6 +22,8 @@ __all__ = ["MAX_LINES", "Crash", "CrashDetector"]
 
 #: Lines of a crash kept for its report (the first ones: the exception and its top frames).
 MAX_LINES = 12
+#: Seconds between a "Fatal signal" line and the tombstone that belongs to it, at most.
+_FATAL_TO_TOMBSTONE = 10.0
 #: A block longer than this is over (a runaway tag).
 _MAX_BLOCK = 400
 
@@ -86,6 +88,9 @@ class CrashDetector:
 
     def __init__(self) -> None:
         self._block: _Block | None = None
+        # The last "Fatal signal" line (app, pid, time): the tombstone that follows it is
+        # written by crash_dump, another process, and names the app only a few lines in.
+        self._fatal: tuple[str | None, int, float] | None = None
 
     def observe(
         self, entry: LogEntry, app: str | None
@@ -104,6 +109,7 @@ class CrashDetector:
                 if died is not None:
                     return "died", died.group(1), ended
                 if entry.tag == "libc" and entry.message.startswith("Fatal signal"):
+                    self._fatal = (app, entry.pid, entry.sec + entry.nsec / 1e9)
                     return "native", app, ended  # the app's own first word; the tombstone follows
                 return None, app, ended
             self._block = block
@@ -118,13 +124,15 @@ class CrashDetector:
         block, self._block = self._block, None
         return [] if block is None else [block.report()]
 
-    @staticmethod
-    def _start(entry: LogEntry, app: str | None) -> _Block | None:
+    def _start(self, entry: LogEntry, app: str | None) -> _Block | None:
         time = entry.sec + entry.nsec / 1e9
         message = entry.message
         if entry.tag == "AndroidRuntime" and message.startswith("FATAL EXCEPTION"):
             return _Block("java", entry.tag, entry.pid, time, app, entry.pid)
         if entry.tag == "DEBUG" and message.startswith(_TOMBSTONE_START):
+            fatal, self._fatal = self._fatal, None
+            if fatal is not None and time - fatal[2] <= _FATAL_TO_TOMBSTONE:
+                return _Block("native", entry.tag, entry.pid, time, fatal[0], fatal[1])
             return _Block("native", entry.tag, entry.pid, time)
         if entry.tag == "ActivityManager":
             anr = _ANR.match(message)

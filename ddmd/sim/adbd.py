@@ -321,6 +321,16 @@ def split_log_records(data: bytes) -> list[bytes]:
     return out
 
 
+def _whole_record(piece: bytes) -> bool:
+    """Whether ``piece`` is exactly one record by its header (as `split_log_records` cuts)."""
+    if len(piece) < _LOG_PREFIX.size:
+        return False
+    length, hdr_size = _LOG_PREFIX.unpack_from(piece, 0)
+    if hdr_size not in (0, 20) and hdr_size < 24:
+        return False
+    return (hdr_size or 20) + length == len(piece) and length > 0
+
+
 def _stamp(record: bytes) -> tuple[int, int] | None:
     """(sec, nsec) of a record; None for bytes too short to be one."""
     if len(record) < 20:
@@ -439,10 +449,12 @@ class _DeviceLog:
         self._keep(split_log_records(data))
 
     def append(self, records: list[bytes]) -> None:
-        """Add ``records`` to the ring and queue them for every follower."""
+        """Add ``records`` to the ring and queue them for every follower. Bytes that are not a
+        whole record (garbage, a cut tail) go to the open streams only: logd's ring holds
+        records, so a stream opened later never gets them."""
         if not records:
             return
-        self._keep(records)
+        self._keep([r for r in records if _whole_record(r)])
         data = b"".join(records)
         for follower in list(self.followers):
             if not follower.push(data):

@@ -57,11 +57,14 @@ def test_ddmds_own_vms_name_pids_that_no_log_line_names():
     assert out[first_mail][0] == rec.MAIL
 
 
-def test_crash_lines_are_marked_as_designed():
+def test_crash_lines_are_marked_and_attributed_as_designed():
     out, _, _ = attribute()
     for kind in ("java", "native", "anr", "died"):
         marked = {i for i, (_, mark) in enumerate(out) if mark == kind}
         assert marked == set(rec.crash_lines(kind)), kind
+        for app in (rec.MAIL, rec.MAPS):
+            mine = {i for i in marked if out[i][0] == app}
+            assert mine == set(rec.crash_lines(kind, app)), (kind, app)
 
 
 def test_each_crash_is_reported_once_with_its_app_pid_and_first_lines():
