@@ -42,6 +42,8 @@ from ddmd.toolnames import peer_process
 __all__ = ["DEBUGGER_BUDGET", "RECEIVE_SIZE", "DebuggerSide"]
 
 RECEIVE_SIZE = 65536
+#: The name of a front forward's client that cannot be looked up (another user's, gone).
+FORWARD_TOOL = "adb forward"
 #: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
 #: packet wait here while the debugger reads the ones before).
 DEBUGGER_BUDGET = 4 << 20
@@ -96,7 +98,9 @@ class DebuggerSide:
             )
         return tuple(out)
 
-    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+    def adopt_consumer(
+        self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
+    ) -> None:
         """Take a socket from the adb front (``ddmd.front.hub.ConsumerTarget``): a consumer of
         this VM that may speak DDM only, or debug too (session/consumers.py)."""
         self.adopt_debugger(stream, peer, via=via, kind="front", tool=tool)
@@ -138,15 +142,21 @@ class DebuggerSide:
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
             if tool is None and isinstance(stream, trio.SocketStream):
-                nursery.start_soon(self._name_debugger, debugger, stream)
+                # A front forward's client that cannot be looked up is still "adb forward".
+                fallback = FORWARD_TOOL if via == "front-forward" else None
+                nursery.start_soon(self._name_debugger, debugger, stream, fallback)
 
-    async def _name_debugger(self, debugger: DebuggerConnection, stream: trio.SocketStream) -> None:
-        """Name the program on the other end ("jdb", "Android Studio"), as the front does."""
+    async def _name_debugger(
+        self, debugger: DebuggerConnection, stream: trio.SocketStream, fallback: str | None
+    ) -> None:
+        """Name the program on the other end ("jdb", "Android Studio"), after the hand-over:
+        the lookup reads socket and fd tables (milliseconds), which no handshake waits for."""
         found = await peer_process(stream)
-        if found is None or found.tool is None or debugger.gone:
+        tool = found.tool if found is not None and found.tool else fallback
+        if tool is None or debugger.gone:
             return
-        debugger.tool = found.tool
-        self._feed(DebuggerNamed(debugger.number, found.tool))
+        debugger.tool = tool
+        self._feed(DebuggerNamed(debugger.number, tool))
 
     async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
         reason = "debugger closed the connection"

@@ -284,22 +284,16 @@ class Conversation:
             )
             await self._relay(got)
             return
-        tool, tool_pid, cmdline = await self._tool()
         await self._client.send_all(OKAY)
         if self._up is not None:
             await close_now(self._up)
             self._up = None
-        target.adopt_consumer(self._client, self._peer, via="front", tool=tool)
+        # Handed over at once: the VM's driver names the program on the other end after the
+        # hand-over, so the client's handshake waits for no lookup.
+        target.adopt_consumer(self._client, self._peer, via="front")
         self._handed_over = True
         self._ctx.stats.jdwp_served += 1
-        log.info(
-            Event.FRONT_JDWP_SERVED,
-            vm=target.vm_id,
-            peer=self._peer,
-            tool=tool,
-            pid=tool_pid,
-            cmdline=cmdline,
-        )
+        log.info(Event.FRONT_JDWP_SERVED, vm=target.vm_id, peer=self._peer)
 
     async def _forward(self, got: Request, forward: Forward) -> None:
         forwards = self._ctx.forwards

@@ -32,7 +32,6 @@ from ddmd.logs import Event
 from ddmd.peers import PeerGuard
 from ddmd.protocol.adbrequests import forward_line, request
 from ddmd.protocol.adbwire import AdbMalformed, RecordDecoder, parse_devices
-from ddmd.toolnames import peer_process
 
 __all__ = ["FORWARD_HOST", "BindFailed", "FrontForward", "FrontForwards"]
 
@@ -43,7 +42,6 @@ FORWARD_HOST: Final = "127.0.0.1"
 #: Seconds between attempts to follow the device list after it failed.
 WATCH_RETRY: Final = 2.0
 #: The tool name of a forward's connection whose process cannot be found.
-FALLBACK_TOOL: Final = "adb forward"
 
 
 class BindFailed(Exception):
@@ -185,8 +183,6 @@ class FrontForwards:
         serial, pid = forward.serial, forward.pid
         handed = False
         try:
-            process = await peer_process(stream)
-            tool = process.tool if process is not None and process.tool else FALLBACK_TOOL
             target = self._hub.find(serial, pid)
             if target is None:
                 with trio.move_on_after(self._open_timeout):
@@ -198,21 +194,15 @@ class FrontForwards:
                     vm=forward.vm,
                     port=forward.port,
                     peer=peer,
-                    tool=tool,
                     reason=f"ddmd does not hold that VM (waited {self._open_timeout:g} s)",
                 )
                 return
             forward.connections += 1
             self.connections += 1
-            log.info(
-                Event.FRONT_FORWARD_CONNECTED,
-                vm=target.vm_id,
-                port=forward.port,
-                peer=peer,
-                tool=tool,
-                pid=process.pid if process is not None else None,
-            )
-            target.adopt_consumer(stream, peer, via="front-forward", tool=tool)
+            # Handed over at once: the VM's driver names the program on the other end after
+            # the hand-over ("adb forward" when it cannot), so the handshake waits for nothing.
+            target.adopt_consumer(stream, peer, via="front-forward")
+            log.info(Event.FRONT_FORWARD_CONNECTED, vm=target.vm_id, port=forward.port, peer=peer)
             handed = True
         except Exception:  # a bug must cost one connection, never the front
             log.exception(Event.FRONT_CLIENT_FAILED, peer=peer, port=forward.port)

@@ -20,11 +20,15 @@ class ConsumerTarget(Protocol):
     def vm_id(self) -> str:  # "SERIAL/PID"
         ...
 
-    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+    def adopt_consumer(
+        self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
+    ) -> None:
         """Take ownership of `stream` (synchronous, never blocks). `via` is "front" for a
         ``jdwp:PID`` socket (OKAY already sent) and "front-forward" for a connection accepted
         on a forward's port (nothing sent); the client's JDWP handshake comes next either way.
-        `tool` names the program at the other end ("jdb", "Android Studio", ...)."""
+        `tool` names the program at the other end ("jdb", "Android Studio", ...); None (what
+        the front passes) lets ddmd look it up after the hand-over, so that the client's
+        handshake waits for no lookup."""
         ...
 
 

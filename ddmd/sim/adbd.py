@@ -325,6 +325,8 @@ def _whole_record(piece: bytes) -> bool:
     """Whether ``piece`` is exactly one record by its header (as `split_log_records` cuts)."""
     if len(piece) < _LOG_PREFIX.size:
         return False
+    length: int
+    hdr_size: int
     length, hdr_size = _LOG_PREFIX.unpack_from(piece, 0)
     if hdr_size not in (0, 20) and hdr_size < 24:
         return False

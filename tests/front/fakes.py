@@ -65,7 +65,7 @@ class Adopted:
     stream: trio.SocketStream
     peer: str
     via: str
-    tool: str
+    tool: str | None
 
 
 @dataclass(eq=False)
@@ -77,7 +77,9 @@ class FakeTarget:
     greeting: bytes = b""
     adopted: list[Adopted] = field(default_factory=list)
 
-    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+    def adopt_consumer(
+        self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
+    ) -> None:
         self.adopted.append(Adopted(stream, peer, via, tool))
         self.hub.nursery.start_soon(serve_jdwp_echo, stream, self.greeting)
 
@@ -92,7 +94,9 @@ class BridgeTarget:
     address: tuple[str, int]
     adopted: list[Adopted] = field(default_factory=list)
 
-    def adopt_consumer(self, stream: trio.SocketStream, peer: str, *, via: str, tool: str) -> None:
+    def adopt_consumer(
+        self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
+    ) -> None:
         self.adopted.append(Adopted(stream, peer, via, tool))
         self.hub.nursery.start_soon(self._bridge, stream)
 

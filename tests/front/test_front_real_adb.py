@@ -330,7 +330,9 @@ async def test_jdb_through_a_front_forward_reaches_the_vm(adb, jdk, tmp_path):
             assert "main" in threads
             await jdb.quit()
         ((adopted),) = target.adopted
-        assert (adopted.via, adopted.tool) == ("front-forward", "jdb")
+        # Handed over with no lookup first; the VM's driver names it "jdb" afterwards
+        # (tests/e2e/test_front_sharing.py shows that through the whole daemon).
+        assert (adopted.via, adopted.tool) == ("front-forward", None)
 
 
 # --- bad input: the front answers what the server answers
