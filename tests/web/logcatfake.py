@@ -318,14 +318,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _logcat_stream(self, wanted: Wanted, after: int, query: dict[str, list[str]]) -> None:
         api = self.server.api
-        self._start_events()
-        self.wfile.write(b"retry: 500\n\n")
-        self._event("logcat.opened", {"device": SERIAL, "app": wanted.app})
-        seen = after
-        with api.cond:
+        with api.cond:  # before the page hears of it
             api.streams.append(query)
             api.open_streams += 1
+        seen = after
         try:
+            self._start_events()
+            self.wfile.write(b"retry: 500\n\n")
+            self._event("logcat.opened", {"device": SERIAL, "app": wanted.app})
             while not api.closing:
                 with api.cond:  # (a re-entrant lock: select takes it too)
                     fresh = api.select(wanted, seen)

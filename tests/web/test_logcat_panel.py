@@ -16,13 +16,19 @@ CI). Nothing is timed: every wait is Playwright's auto-waiting `expect`, capped.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.logcat import recording as rec
+from tests.logcat.writer import Record, write_record
 from tests.web import logcatfake as fake
+from tests.web import logcatrig as rig_
 from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _require_browser
 
 CAP_MS = 15_000  # one condition on the page
@@ -38,12 +44,14 @@ JAVA_CRASH = (
     "\tat android.app.Activity.performCreate(Activity.java:8000)\n"
 )
 CRASH_LINES = JAVA_CRASH.rstrip("\n").count("\n") + 1
+JAVA_CRASH_ROWS = 16  # the recording's Java crash entry: 16 lines (and a final newline)
+INFO, ERROR = 4, 6  # android_LogPriority
 
 
 @contextlib.contextmanager
-def _browser(name: str) -> Iterator[tuple[Any, list[str]]]:
-    """A page in Chromium; yields (page, problems: page errors and console errors other than
-    the failed loads of routes the fake leaves out). A screenshot goes to artifacts/."""
+def _browser(name: str, *, failed_loads: bool = False) -> Iterator[tuple[Any, list[str]]]:
+    """A page in Chromium; yields (page, problems: page errors and console errors, but for
+    failed loads with ``failed_loads``). A screenshot goes to artifacts/."""
     _require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -59,7 +67,7 @@ def _browser(name: str) -> Iterator[tuple[Any, list[str]]]:
             "console",
             lambda m: (
                 problems.append(f"console: {m.text}")
-                if m.type == "error" and "Failed to load resource" not in m.text
+                if m.type == "error" and not (failed_loads and "Failed to load resource" in m.text)
                 else None
             ),
         )
@@ -92,16 +100,42 @@ def _view(page: Any) -> dict[str, float]:
     return view
 
 
+def _asked(
+    page: Any,
+    *,
+    level: str | None = None,
+    grep: str | None = None,
+    whole: bool = False,
+    tags: tuple[str, ...] = (),
+) -> None:
+    """Wait until the panel's open stream asked ddmd for exactly these filters (app.js sets
+    ``data-stream`` to the stream's query once it is open, and drops it when it closes)."""
+    want = {"level": level, "grep": grep, "all": "1" if whole else None, "tag": list(tags)}
+    page.wait_for_function(
+        """w => {
+          const asked = document.querySelector('#logcat-panel').dataset.stream;
+          if (asked === undefined) return false;
+          const q = new URLSearchParams(asked);
+          return q.get('level') === w.level && q.get('grep') === w.grep
+            && q.get('all') === w.all && JSON.stringify(q.getAll('tag')) === JSON.stringify(w.tag);
+        }""",
+        arg=want,
+    )
+
+
 def _at_bottom(page: Any) -> bool:
     v = _view(page)
     return v["top"] + v["height"] >= v["total"] - ROW_PX / 2
 
 
-def test_logcat_panel_in_chromium() -> None:
+def test_logcat_panel_against_a_fake_api() -> None:
     from playwright.sync_api import expect
 
     expect.set_options(timeout=CAP_MS)
-    with fake.fake_api() as api, _browser("web-logcat.png") as (page, problems):
+    with (
+        fake.fake_api() as api,
+        _browser("web-logcat-fake.png", failed_loads=True) as (page, problems),
+    ):
         api.add(
             [
                 fake.line("onCreate: 2 accounts", level="D"),
@@ -113,6 +147,7 @@ def test_logcat_panel_in_chromium() -> None:
         _open_vm(page, fake.APP_VM)
 
         # 1. The recent lines, then live ones; only the app's unless "Whole device".
+        _asked(page)
         expect(_row(page, "onCreate: 2 accounts")).to_be_visible()
         expect(_row(page, "poll tick")).to_have_class(re.compile(r"\blv-V\b"))
         expect(page.locator("#logcat-status")).to_contain_text("live")
@@ -122,17 +157,20 @@ def test_logcat_panel_in_chromium() -> None:
         expect(_row(page, "hello from info")).to_have_class(re.compile(r"\blv-I\b"))
         expect(_row(page, "com.other.app")).to_have_count(0)
         page.locator("#logcat-all").check()
-        expect(_row(page, "com.other.app")).to_be_visible()
+        _asked(page, whole=True)
         assert api.stream_with(all="1")
+        expect(_row(page, "com.other.app")).to_be_visible()
         page.locator("#logcat-all").uncheck()
+        _asked(page)
         expect(_row(page, "com.other.app")).to_have_count(0)
 
         # 2. The level filter: E and above; ddmd filters (the stream is asked with level=E).
         page.locator('#logcat-panel .level[data-level="E"]').click()
+        _asked(page, level="E")
+        assert api.stream_with(level="E")
         expect(_row(page, "boom from error")).to_be_visible()
         expect(_row(page, "hello from info")).to_have_count(0)
         expect(_row(page, "onCreate")).to_have_count(0)
-        assert api.stream_with(level="E")
         expect(page.locator('#logcat-panel .level[data-level="E"]')).to_have_attribute(
             "aria-pressed", "true"
         )
@@ -142,22 +180,25 @@ def test_logcat_panel_in_chromium() -> None:
 
         # ... the text filter (a regular expression, in ddmd too), and the tag filter.
         page.locator('#logcat-panel .level[data-level="V"]').click()
+        _asked(page)
         expect(_row(page, "another info line")).to_be_visible()
         page.locator("#logcat-grep").fill("^(hello|second)")
+        _asked(page, grep="^(hello|second)")
         expect(_row(page, "hello from info")).to_be_visible()
         expect(_row(page, "second error")).to_be_visible()
         expect(_rows(page)).to_have_count(2)
-        assert api.stream_with(grep="^(hello|second)", level="")
         page.locator("#logcat-grep").fill("(unclosed")
         expect(page.locator("#logcat-error")).to_contain_text("not a regular expression")
         page.locator("#logcat-grep").fill("")
         page.locator("#logcat-tag").fill("-Mail Sync")
         page.locator("#logcat-tag").press("Enter")
+        _asked(page, tags=("-Mail Sync",))
         expect(_row(page, "poll tick")).to_have_count(0)
         expect(_row(page, "onCreate: 2 accounts")).to_be_visible()
         expect(page.locator("#logcat-error")).to_be_hidden()
         page.locator("#logcat-tag").fill("")
         page.locator("#logcat-tag").press("Enter")
+        _asked(page)
         expect(_row(page, "poll tick")).to_be_visible()
 
         # 3. Pause: new lines are counted, not shown; Resume shows them.
@@ -258,6 +299,107 @@ def test_logcat_panel_in_chromium() -> None:
         expect(page.locator("#logcat-note")).to_be_hidden()
         expect(_row(page, "bulk 24999")).to_be_visible()
         expect(page.locator("#logcat-status")).to_contain_text("live")
+    assert not problems, problems
+
+
+# ------------------------------------------------------------------------------------------
+# The real daemon: the fake device's log through the real adb server and ddmd
+
+
+def _now(record: Record) -> bytes:
+    """``record`` as logcat -B bytes, stamped now (ddmd skips entries older than the last it
+    read, as a reopened stream would repeat them)."""
+    sec, nsec = divmod(time.time_ns(), 1_000_000_000)
+    return write_record(dataclasses.replace(record, sec=sec, nsec=nsec))
+
+
+def _record(message: str, level: int, tag: str = "MapsApp") -> bytes:
+    """One logcat -B record of the app's main thread, stamped now."""
+    pid = rig_.APP_PID
+    return _now(Record(0, 0, pid, pid, level, tag, message.encode(), 0, rec.MAPS_UID))
+
+
+def test_logcat_panel_on_a_device_through_ddmd(tmp_path: Path) -> None:
+    """The acceptance test of issue 19's page: filter, pause and the crash block, for real."""
+    from playwright.sync_api import expect
+
+    _require_browser()
+    expect.set_options(timeout=CAP_MS)
+    with (
+        rig_.live_rig(tmp_path) as rig,
+        _browser("web-logcat.png") as (page, problems),
+    ):
+        page.goto(rig.base + "/")
+        _open_vm(page, rig.app_vm)
+
+        # 1. The app's recent lines from the device's ring (the ANR marked), then live ones.
+        _asked(page)
+        expect(_row(page, "frame 1 drawn in 16 ms")).to_have_class(re.compile(r"\blv-I\b"))
+        anr = page.locator("#logcat-rows .logcat-row.crash-anr")
+        expect(anr.first).to_contain_text(f"ANR in {rig_.APP}")
+        expect(anr.first.locator(".lc-badge")).to_have_text("ANR")
+        expect(page.locator("#logcat-where")).to_have_text(f"{rig_.APP} on {rig.serial}")
+        expect(page.locator("#logcat-status")).to_contain_text("live")
+        expect(_row(page, "wlan0: scan results")).to_have_count(0)  # wificond's, not the app's
+        rig.log(_record("live info line", INFO) + _record("live error line", ERROR))
+        expect(_row(page, "live info line")).to_be_visible()
+        expect(_row(page, "live error line")).to_have_class(re.compile(r"\blv-E\b"))
+
+        # 2. Filters, applied by ddmd: level E hides the I lines; a regex; the whole device.
+        page.locator('#logcat-panel .level[data-level="E"]').click()
+        _asked(page, level="E")
+        expect(_row(page, "live error line")).to_be_visible()
+        expect(_row(page, "live info line")).to_have_count(0)
+        expect(_row(page, "frame 1 drawn")).to_have_count(0)
+        rig.log(_record("late info line", INFO) + _record("late error line", ERROR))
+        expect(_row(page, "late error line")).to_be_visible()
+        expect(_row(page, "late info line")).to_have_count(0)
+        page.locator('#logcat-panel .level[data-level="V"]').click()
+        _asked(page)
+        expect(_row(page, "late info line")).to_be_visible()
+        page.locator("#logcat-grep").fill("^live ")
+        _asked(page, grep="^live ")
+        expect(_rows(page)).to_have_count(2)
+        expect(_row(page, "live info line")).to_be_visible()
+        expect(_row(page, "live error line")).to_be_visible()
+        page.locator("#logcat-grep").fill("")
+        page.locator("#logcat-grep").press("Enter")
+        _asked(page)
+        page.locator("#logcat-all").check()
+        _asked(page, whole=True)
+        expect(_row(page, "wlan0: scan results").first).to_be_visible()
+        page.locator("#logcat-all").uncheck()
+        _asked(page)
+        expect(_row(page, "wlan0: scan results")).to_have_count(0)
+        expect(_row(page, "late info line")).to_be_visible()
+
+        # 3. Pause: the new lines are counted, not shown; Resume shows them.
+        page.locator("#logcat-pause").click()
+        rig.log(b"".join(_record(f"paused line {n}", INFO) for n in range(3)))
+        expect(page.locator("#logcat-pending")).to_have_text("paused · 3 new lines")
+        expect(_row(page, "paused line")).to_have_count(0)
+        page.locator("#logcat-pause").click()
+        expect(_row(page, "paused line")).to_have_count(3)
+        expect(page.locator("#logcat-pending")).to_be_hidden()
+
+        # 4. The recording's Java crash, logged now: one 16-line entry in the crash buffer,
+        # every line marked, a badge on the first; app.crashed shows in the panel's head.
+        rig.log(_now(rec.RECORDS[rig_.BACKLOG_RECORDS]))  # FATAL EXCEPTION: main ...
+        crash = page.locator("#logcat-rows .logcat-row.crash-java")
+        expect(crash).to_have_count(JAVA_CRASH_ROWS)
+        expect(crash.first).to_contain_text("FATAL EXCEPTION: main")
+        expect(crash.first).to_have_class(re.compile(r"\bcrash-start\b"))
+        expect(crash.first.locator(".lc-badge")).to_have_text("Java crash")
+        expect(crash.last).to_contain_text("ZygoteInit.main(ZygoteInit.java:947)")
+        expect(page.locator("#logcat-crash")).to_contain_text(f"Java crash: {rig_.APP}")
+        page.screenshot(path=str(ARTIFACTS / "web-logcat-device.png"))
+
+        # 5. A workstation JVM: the API's sentence.
+        said = rig.get(f"/api/v1/vms/{rig.workstation_vm}/logcat")
+        assert said.status_code == 501, said.text
+        _open_vm(page, rig.workstation_vm)
+        expect(page.locator("#logcat-note")).to_have_text(said.json()["error"] + ".")
+        expect(page.locator("#logcat-body")).to_be_hidden()
     assert not problems, problems
 
 

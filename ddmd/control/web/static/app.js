@@ -1152,6 +1152,7 @@
     clearTimeout(lc.typing);
     lc.typing = null;
     lc.mode = "";
+    delete $("logcat-panel").dataset.stream;
   }
 
   // Opens the panel for VM `id` (a new VM: not paused, no crash shown, empty list).
@@ -1235,6 +1236,7 @@
       if (!mine()) return;
       opened = true;
       lc.mode = "live";
+      $("logcat-panel").dataset.stream = url.slice(url.indexOf("?") + 1); // what ddmd was asked
       note($("logcat-error"), "");
       logcatSchedule();
     };
