@@ -32,6 +32,7 @@ from ddmd.logcat.device import DeviceLogcat
 from ddmd.logcat.hub import LogcatHub, NoLog
 from ddmd.logcat.lines import Item, LineFilter, parse_since
 from ddmd.registry import VmHandle
+from ddmd.session.words import no_logcat_sentence
 
 __all__ = ["LOGCAT_EVENT", "routes"]
 
@@ -54,13 +55,6 @@ class _NoLogcat(Exception):
         self.status = status
 
 
-def _workstation_sentence(name: str) -> str:
-    return (
-        f"{name} is a workstation JVM: it has no logcat (only Android devices and emulators "
-        "keep a log ddmd can read)"
-    )
-
-
 class _Logcat:
     def __init__(self, resolve: Callable[[Request], VmHandle], hub: LogcatHub | None) -> None:
         self._resolve = resolve
@@ -74,7 +68,7 @@ class _Logcat:
         if by_vm:
             snap = self._resolve(request).snapshot()
             if snap.device is None:
-                raise _NoLogcat(501, _workstation_sentence(snap.display_name))
+                raise _NoLogcat(501, no_logcat_sentence(snap.display_name))
             serial = snap.device
             app = None if whole else (snap.package or snap.app)
             if app is None and not whole:

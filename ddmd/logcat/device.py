@@ -94,6 +94,9 @@ class DeviceLogcat:
         self._wanted = trio.Event()
         self._last: tuple[int, int] | None = None  # (sec, nsec) of the newest entry seen
         self._last_keys: set[tuple[int, int, int, str]] = set()  # entries at that instant
+        # While a reopened stream repeats what came before: the instant it must pass.
+        self._replaying: tuple[int, int] | None = None
+        self._replay_keys: set[tuple[int, int, int, str]] = set()
         self.stats = _Stats()
         self.streaming = False
 
@@ -167,6 +170,7 @@ class DeviceLogcat:
     async def _follow(self, stream: trio.abc.Stream) -> str:
         """Read until the stream ends ("ended"), breaks ("broken") or nobody watches ("idle")."""
         decoder = LogcatDecoder()
+        self._replaying, self._replay_keys = self._last, set(self._last_keys)
         unwatched_since: float | None = None
         while True:
             now = trio.current_time()
@@ -225,18 +229,22 @@ class DeviceLogcat:
         self._crashed(crashes)
 
     def _is_new(self, entry: LogEntry) -> bool:
-        """Skip what a reopened stream sends again (it asks from the last instant seen)."""
+        """Skip what a reopened stream sends again (it asks from the last instant seen), until
+        it passes that instant; a live stream's entries all pass, even one stamped a little
+        before the one ahead of it (processes stamp their own lines)."""
         stamp = (entry.sec, entry.nsec)
         key = (entry.sec, entry.nsec, entry.pid, entry.tag)
-        last = self._last
-        if last is not None and stamp < last:
-            return False
-        if stamp == last:
-            if key in self._last_keys:
+        replaying = self._replaying
+        if replaying is not None:
+            if stamp < replaying or (stamp == replaying and key in self._replay_keys):
                 return False
+            if stamp > replaying:
+                self._replaying = None
+        last = self._last
+        if last is None or stamp > last:
+            self._last, self._last_keys = stamp, {key}
+        elif stamp == last:
             self._last_keys.add(key)
-            return True
-        self._last, self._last_keys = stamp, {key}
         return True
 
     def _restarts(self, seen: list[Seen], entry: LogEntry) -> list[Item]:

@@ -13,7 +13,7 @@ from typing import Any
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.heap import HeapAssembler, HeapImage, HeapProblem, ProblemCode, SegmentKind
-from ddmd.session.words import missing_sentence
+from ddmd.session.words import missing_sentence, no_logcat_sentence
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +177,8 @@ class VmSnapshot:
             "connected_at": self.connected_at,
             "name": self.display_name,
             "missing": self.missing(),
+            # Why this VM has no logcat (a sentence), or None: it is on a device.
+            "logcat": None if self.device else no_logcat_sentence(self.display_name),
         }
 
 

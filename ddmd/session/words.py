@@ -85,3 +85,11 @@ def silence_reason(feature: str, seconds: float) -> str:
     hint = SILENCE_HINTS.get(feature)
     base = f"no answer within {seconds:g} s"
     return f"{base}; {hint}" if hint else base
+
+
+def no_logcat_sentence(name: str) -> str:
+    """Why a VM has no logcat: it is not on an Android device."""
+    return (
+        f"{name} is a workstation JVM: it has no logcat (only Android devices and emulators "
+        "keep a log ddmd can read)"
+    )

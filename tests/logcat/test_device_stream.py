@@ -169,3 +169,14 @@ async def test_a_crash_in_the_stream_is_published_once(nursery, autojump_clock):
         ("java", rec.MAPS),
         ("native", rec.MAIL),
     ]
+
+
+async def test_a_live_line_stamped_before_the_one_ahead_of_it_is_kept(nursery, autojump_clock):
+    adb = FakeAdb()
+    device = make(adb, "A")
+    nursery.start_soon(device.run)
+    with device.subscribe(LineFilter()) as batches:
+        await opened(adb, 1)
+        await adb.end("A").send_all(record(5) + record(4))  # processes stamp their own lines
+        got = await lines_of(batches, 2)
+        assert [line.entry.sec - rec.BASE_SEC for line in got] == [5, 4]

@@ -1168,13 +1168,13 @@
       logcatClear();
       lc.blocked = "off";
       show($("logcat-body"), false);
-      note($("logcat-note"), sentence(workstationSentence(vm)));
+      note($("logcat-note"), sentence(vm.logcat || workstationSentence(vm)));
       return;
     }
     logcatStart(id);
   }
 
-  // ddmd/control/logcat.py's words for a VM that is not on a device.
+  // The daemon says why in the VM's "logcat" field; these words are only for an older daemon.
   function workstationSentence(vm) {
     return `${vmName(vm)} is a workstation JVM: it has no logcat (only Android devices and ` +
       "emulators keep a log ddmd can read)";
