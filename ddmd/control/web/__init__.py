@@ -3,12 +3,14 @@
 Layer: standard library only. `control.app` serves ``GET /`` and
 ``GET /static/{name}`` from :func:`load_assets`; the page talks to the JSON API of the same
 origin only (``fetch`` with relative URLs; an ``EventSource`` on ``/api/v1/events`` when the
-daemon has one, else polling). Text from VMs (app and thread names, stack frames) goes into
+daemon has one, else polling; the Logcat panel has one of its own on the selected VM's
+``/logcat/stream``, and draws only the rows in view). Text from VMs (app and thread names, stack frames) goes into
 the page with ``textContent`` only.
 
 Files (``static/``):
 
-* ``index.html``: the skeleton (VM table, thread table, stack, heap panel).
+* ``index.html``: the skeleton (VM table, thread table, stack, heap panel, logcat panel,
+  profiling).
 * ``app.js``: the behaviour; plain ES2020, no modules, no dependencies.
 * ``style.css``: the looks.
 * ``favicon.svg``: the tab icon (so the browser does not ask for /favicon.ico).
