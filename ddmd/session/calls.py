@@ -115,7 +115,9 @@ class Calls:
             return
         if isinstance(request, RefreshThreads):
             self._s._lease_until = now + self._s.settings.thread_lease
-            if (
+            if self._s.model.ddm is False and self._s.identified and self._s.router.ready:
+                pending.owns.append(self._s.jvm_threads.poll(now))  # a plain JVM: over JDWP
+            elif (
                 self._s.model.ddm
                 and "THST" not in self._s.model.unsupported
                 and self._s.router.ready

@@ -34,6 +34,9 @@ class Conversation:
 
     def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
         self._s._touched = True
+        if self._s.jvm_threads.owns(pending):
+            self._s.jvm_threads.reply(pending, packet)
+            return []
         if self._s.handlers.owns(pending):
             self._s.handlers.reply(pending, packet)
             return []
@@ -189,22 +192,24 @@ class Conversation:
             self._s._out.append(Changed(renamed=applied.renamed))
 
     def _poll(self, now: float) -> None:
-        """THST at a fixed rate (missed ticks skipped) while someone watches the VM."""
+        """THST (a plain JVM: the JDWP thread list, ``jvmthreads.py``) at a fixed rate (missed
+        ticks skipped) while someone watches the VM."""
         interval = self._s.settings.thread_poll_interval
         watched = self._s.settings.always_poll_threads or now < self._s._lease_until
-        if not (
-            watched
-            and self._s.model.ddm
-            and "THST" not in self._s.model.unsupported
-            and self._s.router.ready
-        ):
+        speaks = self._s.model.ddm
+        pollable = (speaks and "THST" not in self._s.model.unsupported) or (
+            speaks is False and self._s.identified
+        )
+        if not (watched and pollable and self._s.router.ready):
             self._s._next_poll = None
             return
         if self._s._next_poll is None:
             self._s._next_poll = now + self._s.settings.poll_phase * interval
         if now < self._s._next_poll:
             return
-        if self._s._thst is None or self._s._thst.done:
+        if speaks is False:
+            self._s.jvm_threads.poll(now)
+        elif self._s._thst is None or self._s._thst.done:
             self._s._thst = self._s._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
         behind = now - self._s._next_poll
         self._s._next_poll += interval * (1 + int(behind // interval))

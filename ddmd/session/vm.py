@@ -65,6 +65,7 @@ from ddmd.session.inputs import (
     VmClosed,
     VmConnected,
 )
+from ddmd.session.jvmthreads import JvmThreads
 from ddmd.session.model import UNNAMED, DebuggerSnapshot, Note, VmModel, VmSnapshot
 from ddmd.session.profiling import Profiling, _Capture, _LargePush
 from ddmd.session.router import Router
@@ -157,6 +158,7 @@ class VmSession:
         self.calls = Calls(self)
         self.profiling = Profiling(self)
         self.attach = Attachments(self)
+        self.jvm_threads = JvmThreads(self)
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -281,6 +283,7 @@ class VmSession:
         self._goto("connected")
         self.connected_at = now
         self.model.forget_threads()
+        self.jvm_threads.reset()
         self._heap_info_subscribed = False
         if reopened:
             self.reconnects += 1
@@ -404,6 +407,9 @@ class VmSession:
         for entry in self.router.ids.expire(now):
             if self.handlers.owns(entry):
                 self.handlers.expired(entry)
+                continue
+            if self.jvm_threads.owns(entry):
+                self.jvm_threads.expired(entry)
                 continue
             own = self._own.pop(entry.vm_id, None)
             if own is not None:

@@ -37,10 +37,11 @@ async def test_real_jvm_is_plain_jdwp_and_keeps_running(counter_jvm: CounterJvm,
             identified_at = jvm.count
             assert identified_at is not None, jvm.text()
 
-            # Asking for threads must not send DDM (THST) to a non-DDM VM.
+            # Threads come over JDWP for a plain JVM (issue 20; never DDM's THST).
             response = await h.client.get(f"/api/v1/vms/{vm_id}/threads")
             assert response.status_code == 200, response.text
-            assert response.json()["supported"] is False
+            assert response.json()["supported"] is True
+            assert "main" in {t["name"] for t in response.json()["threads"]}
 
             result = await h.cli("clients", "--json")
             assert result.exit_code == 0, result.output
@@ -58,10 +59,6 @@ async def test_real_jvm_is_plain_jdwp_and_keeps_running(counter_jvm: CounterJvm,
             vm = await h.vm(vm_id)
             assert vm is not None  # still connected and listed
             assert vm["ddm"] is False
-
-            # Exactly two packets went to the JVM: HELO (refused) and Version. No more DDM.
-            actor = h.started.supervisor.actors[vm_id]
-            assert actor.statistics().packets_out == 2
 
         assert len(h.events("vm.not_ddm", vm=vm_id)) == 1
         assert [e["feature"] for e in h.events("vm.feature_unsupported")] == ["HELO"]

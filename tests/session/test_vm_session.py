@@ -282,13 +282,11 @@ def test_a_plain_jvm_gets_one_version_request_and_no_ddm_after() -> None:
         vm.book(changes=True)
         >> answer(1, error=99)
         << Changed()  # HELO is marked unsupported
-        << SendToVm(cmd(2, VERSION))  # the one non-DDM command ddmd sends of its own
+        << SendToVm(cmd(2, VERSION))  # the one command of its own ddmd sends unasked
         << Changed(renamed=True)
         >> VmBytes(reply(2, HOTSPOT_VERSION))
         << Changed()
         >> Tick(60.0)
-        >> Call(1, RefreshThreads())
-        << Resolve(1, None)
         >> Tick(120.0)
     )
     snapshot = vm.session.snapshot()
@@ -1159,3 +1157,96 @@ def test_everything_ddmd_writes_of_its_own_to_a_ddm_vm_is_one_ddm_request() -> N
         "Dbgd",
         "HeloRequest",  # on the new connection
     ]
+
+
+# ------------------------------------------------------------------------------ plain JVM threads
+
+SIZES = bytes.fromhex("0000000800000008000000080000000800000008")
+THREAD_IDS = (0x101, 0x102)
+GROUP = 0x201
+
+
+def jobject(value: int) -> bytes:
+    return value.to_bytes(8, "big")
+
+
+def all_threads(*ids: int) -> bytes:
+    return len(ids).to_bytes(4, "big") + b"".join(jobject(i) for i in ids)
+
+
+def status(state: int, suspended: int = 0) -> bytes:
+    return state.to_bytes(4, "big") + suspended.to_bytes(4, "big")
+
+
+def test_a_plain_jvm_gets_its_thread_list_over_jdwp_with_ddmds_own_ids() -> None:
+    vm = plain_jvm()
+    t1, t2 = THREAD_IDS
+    assert (
+        vm.book()
+        >> Call(1, RefreshThreads())
+        << SendToVm(cmd(3, (1, 7)))  # IDSizes, once per connection
+        >> VmBytes(reply(3, SIZES))
+        << SendToVm(cmd(4, (1, 4)))  # AllThreads
+        >> VmBytes(reply(4, all_threads(t1, t2)))
+        << SendToVm(cmd(5, (11, 4), jobject(t1)))  # Status
+        << SendToVm(cmd(6, (11, 1), jobject(t1)))  # Name, the first time only
+        << SendToVm(cmd(7, (11, 5), jobject(t1)))  # ThreadGroup, the first time only
+        << SendToVm(cmd(8, (11, 4), jobject(t2)))
+        << SendToVm(cmd(9, (11, 1), jobject(t2)))
+        << SendToVm(cmd(10, (11, 5), jobject(t2)))
+        >> VmBytes(reply(5, status(1)))
+        >> VmBytes(reply(6, jstring("main")))
+        >> VmBytes(reply(7, jobject(GROUP)))
+        << SendToVm(cmd(11, (12, 1), jobject(GROUP)))  # the group's name, once
+        >> VmBytes(reply(8, status(4, 1)))
+        >> VmBytes(reply(9, jstring("Reference Handler")))
+        >> VmBytes(reply(10, jobject(GROUP)))
+        >> VmBytes(reply(11, jstring("system")))
+        << Resolve(1, None)
+    )
+    threads = vm.session.snapshot().threads
+    assert threads is not None
+    assert [(t.thread_id, t.name, t.state, t.suspended) for t in threads] == [
+        (t1, "main", "running", False),
+        (t2, "Reference Handler", "wait", True),
+    ]
+    assert vm.session.jvm_threads.group_name(t1) == "system"
+    # The next poll asks only for states; a thread that died is handed back to the agent with
+    # the count of ids this connection received for it (two AllThreads replies).
+    assert (
+        vm.book()
+        >> Call(2, RefreshThreads())
+        << SendToVm(cmd(12, (1, 4)))
+        >> VmBytes(reply(12, all_threads(t1)))
+        << SendToVm(cmd(13, (11, 4), jobject(t1)))
+        << SendToVm(cmd(14, (1, 14), (1).to_bytes(4, "big") + jobject(t2) + (1).to_bytes(4, "big")))
+        >> VmBytes(reply(13, status(2)))
+        >> VmBytes(reply(14))
+        << Resolve(2, None)
+    )
+    threads = vm.session.snapshot().threads
+    assert threads is not None
+    assert [(t.thread_id, t.name, t.state) for t in threads] == [(t1, "main", "sleeping")]
+    assert vm.session.jvm_threads.live_ids() == 2  # main and its group: no growing table
+
+
+def test_a_debugger_never_sees_the_thread_polls_replies() -> None:
+    vm = attach(plain_jvm(), 7)
+    assert (
+        vm.book()
+        >> Call(1, RefreshThreads())
+        << SendToVm(cmd(3, (1, 7)))
+        >> DebuggerBytes(7, cmd(3, VERSION))  # the debugger's own id 3: no clash
+        << SendToVm(cmd(4, VERSION))
+        >> VmBytes(reply(3, SIZES))
+        << SendToVm(cmd(5, (1, 4)))
+        >> VmBytes(reply(4, HOTSPOT_VERSION))
+        << SendToDebugger(7, reply(3, HOTSPOT_VERSION))
+        >> VmBytes(reply(5, all_threads()))
+        << Resolve(1, None)
+    )
+
+
+def test_a_ddm_vm_never_gets_the_jdwp_thread_list() -> None:
+    vm = ready()
+    assert vm.book() >> Call(1, RefreshThreads()) << asks(6, ddm.ThreadStatusRequest())
