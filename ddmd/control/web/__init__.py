@@ -4,8 +4,8 @@ Layer: standard library only. `control.app` serves ``GET /`` and
 ``GET /static/{name}`` from :func:`load_assets`; the page talks to the JSON API of the same
 origin only (``fetch`` with relative URLs; an ``EventSource`` on ``/api/v1/events`` when the
 daemon has one, else polling; the Logcat panel has one of its own on the selected VM's
-``/logcat/stream``, and draws only the rows in view). Text from VMs (app and thread names, stack frames) goes into
-the page with ``textContent`` only.
+``/logcat/stream``, and draws only the rows in view). Text from VMs (app and thread names,
+stack frames) goes into the page with ``textContent`` only.
 
 Files (``static/``):
 
