@@ -13,7 +13,17 @@ Output goes to one stream (stdout unless told otherwise; systemd/journald keeps 
 Stdlib log records (trio, hypercorn, httpx, adbutils) go through
 `structlog.stdlib.ProcessorFormatter`, so they come out in the same format. Event names are stable,
 dotted `noun.past_tense` strings listed in `Event`; log them as ``log.info(Event.VM_FOUND, vm=...)``
-and bind context once per actor.
+and bind context once per actor. A fact that the event stream also carries has the same name in
+both (``vm.found``, ``vm.gone``, ``vm.renamed``, ``debugger.attached``, ...).
+
+A VM's identity: every line with a ``vm`` key (logged with ``vm=`` or bound with structlog's
+``bound_contextvars``) also carries that VM's ``app`` and ``pid`` once they are known
+(`add_vm_identity`, fed by the VM's actor through `bind_vm_identity`: at once, and again when
+the VM is named or renamed). The identity is looked up at log time, by the VM id, rather than
+bound as context variables: trio gives every task a copy of the context as it was when the task
+started, so a name learned later would never reach the VM's timer, its debuggers' tasks or the
+API requests that log about it. `CONTEXT_PROCESSORS` are the two processors that add context;
+tests that capture logs use them too.
 """
 
 from __future__ import annotations
@@ -29,7 +39,18 @@ import structlog
 import structlog.tracebacks
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-__all__ = ["FORMATS", "LEVELS", "Event", "configure", "get_logger", "reset"]
+__all__ = [
+    "CONTEXT_PROCESSORS",
+    "FORMATS",
+    "LEVELS",
+    "Event",
+    "add_vm_identity",
+    "bind_vm_identity",
+    "configure",
+    "get_logger",
+    "reset",
+    "unbind_vm_identity",
+]
 
 LEVELS: Final[Mapping[str, int]] = MappingProxyType(
     {
@@ -58,8 +79,9 @@ _NOISY_LOGGERS: Final = (
     "urllib3",
 )
 
-# The keys every JSON line starts with, in this order; the context follows.
-_LEADING_KEYS: Final = ("ts", "level", "event", "logger")
+# The keys every JSON line starts with, in this order (the VM's identity when present); the
+# rest of the context follows.
+_LEADING_KEYS: Final = ("ts", "level", "event", "logger", "vm", "app", "pid")
 
 
 @unique
@@ -94,14 +116,14 @@ class Event(StrEnum):
     SCAN_FOREIGN_VM_SKIPPED = "scan.foreign_vm_skipped"
     # one VM's life
     VM_FOUND = "vm.found"
+    VM_GONE = "vm.gone"  # its actor ended (reason): the last line about that VM
     VM_REJECTED = "vm.rejected"
     VM_CONNECTED = "vm.connected"
     VM_HELLO = "vm.hello"
     VM_HELLO_FAILED = "vm.hello_failed"
     VM_VERSION = "vm.version"
     VM_PID_MISMATCH = "vm.pid_mismatch"
-    VM_RENAMED = "vm.renamed"
-    VM_APP_RENAMED = "vm.app_renamed"
+    VM_RENAMED = "vm.renamed"  # app/package changed (APNM), as on the event stream
     VM_WAITING_FOR_DEBUGGER = "vm.waiting_for_debugger"
     VM_NOT_DDM = "vm.not_ddm"
     VM_FEATURE_UNSUPPORTED = "vm.feature_unsupported"
@@ -112,6 +134,7 @@ class Event(StrEnum):
     VM_CRASHED = "vm.crashed"
     VM_RECONNECTING = "vm.reconnecting"
     VM_RECONNECTED = "vm.reconnected"
+    VM_RELEASED = "vm.released"  # the last debugger left and the VM is free again (how, after)
     # protocol trouble
     DDM_CHUNK_UNKNOWN = "ddm.chunk_unknown"
     DDM_CHUNK_MALFORMED = "ddm.chunk_malformed"
@@ -185,11 +208,51 @@ class Event(StrEnum):
     # devices' logs (ddmd.logcat)
     APP_CRASHED = "app.crashed"  # a Java crash, a native crash (tombstone) or an ANR
     LOGCAT_STREAM_PROBLEM = "logcat.stream_problem"  # broke, stalled, malformed: reopened
+    LOGCAT_VIEWER_LAGGED = "logcat.viewer_lagged"  # a viewer too slow lost lines (at its end)
     # control API
     CONTROL_LISTENING = "control.listening"
     CONTROL_REQUEST_FAILED = "control.request_failed"
     CONTROL_REQUEST_REFUSED = "control.request_refused"
     CONTROL_SOCKET_STALE = "control.socket_stale_removed"
+
+
+# vm id -> {"app": ..., "pid": ...}: the identity of every VM an actor serves now.
+_VM_IDENTITIES: dict[str, dict[str, Any]] = {}
+
+
+def bind_vm_identity(vm: str, *, app: str | None, pid: int | None) -> None:
+    """From now on every log line with ``vm=vm`` carries ``app`` and ``pid`` (the known ones).
+
+    Called by the VM's actor as soon as they are known and whenever they change (a rename)."""
+    known = {k: v for k, v in (("app", app), ("pid", pid)) if v is not None}
+    if known:
+        _VM_IDENTITIES[vm] = known
+    else:
+        _VM_IDENTITIES.pop(vm, None)
+
+
+def unbind_vm_identity(vm: str) -> None:
+    """The VM is gone (after its last line, ``vm.gone``)."""
+    _VM_IDENTITIES.pop(vm, None)
+
+
+def add_vm_identity(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """The processor: ``app`` and ``pid`` of the line's ``vm``; keys given explicitly win."""
+    vm = event_dict.get("vm")
+    if isinstance(vm, str):
+        identity = _VM_IDENTITIES.get(vm)
+        if identity:
+            for key, value in identity.items():
+                event_dict.setdefault(key, value)
+    return event_dict
+
+
+#: The processors that add context to an event: bound context variables (``vm``), then the
+#: VM's identity. ``configure`` runs them first; log-capturing tests should run them too.
+CONTEXT_PROCESSORS: Final[tuple[Processor, ...]] = (
+    structlog.contextvars.merge_contextvars,
+    add_vm_identity,
+)
 
 
 def get_logger(name: str | None = None, **initial_values: Any) -> FilteringBoundLogger:
@@ -236,7 +299,7 @@ def configure(*, fmt: str = "auto", level: str = "info", stream: TextIO | None =
     # Applied to every event: to structlog's before it becomes a LogRecord, to stdlib records in the
     # formatter (foreign_pre_chain).
     shared: list[Processor] = [
-        structlog.contextvars.merge_contextvars,
+        *CONTEXT_PROCESSORS,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),

@@ -392,6 +392,13 @@ class _Follower:
             if reconnecting:
                 click.echo(f"ddmd logcat: reconnected to {self.source.label}", err=True)
             return False
+        if name == "logcat.dropped":
+            lines = event.get("lines")
+            click.echo(
+                f"ddmd logcat: {lines} line(s) dropped: this viewer fell behind the device's log",
+                err=True,
+            )
+            return False
         if name != "logcat.lines":
             return False
         for item in event.get("items") or []:

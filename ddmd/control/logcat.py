@@ -17,6 +17,7 @@ Layer: starlette, trio, the registry, ``ddmd.logcat`` and ``sse``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from ddmd.control import sse
 from ddmd.control.events import make_event
-from ddmd.logcat.device import DeviceLogcat
+from ddmd.logcat.device import DeviceLogcat, Viewer
 from ddmd.logcat.hub import LogcatHub, NoLog
 from ddmd.logcat.lines import Item, LineFilter, parse_since
 from ddmd.registry import VmHandle
@@ -38,6 +39,7 @@ __all__ = ["LOGCAT_EVENT", "routes"]
 
 Endpoint = Callable[[Request], Any]
 LOGCAT_EVENT = "logcat.lines"
+LOGCAT_DROPPED = "logcat.dropped"  # the viewer was too slow: these many lines were lost
 KEEPALIVE = 15.0
 #: How long a request for recent lines waits for a closed stream to open and catch up, and
 #: the quiet that says it has.
@@ -128,11 +130,11 @@ class _Logcat:
         if not device.streaming:
             # Nobody follows this device's log now: open it (this request is its viewer) and
             # give it a moment to bring the ring up to date.
-            with device.subscribe(wanted) as batches, trio.move_on_after(CATCH_UP):
-                await batches.receive()
+            with device.subscribe(wanted) as viewer, trio.move_on_after(CATCH_UP):
+                await viewer.next_batch()
                 while True:
                     with trio.move_on_after(QUIET) as quiet:
-                        await batches.receive()
+                        await viewer.next_batch()
                     if quiet.cancelled_caught:
                         break
         items = self._backlog(device, wanted, request, None)
@@ -181,7 +183,7 @@ class _LogcatStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         device = self._device
-        with device.subscribe(self._wanted) as batches:
+        with device.subscribe(self._wanted) as viewer:
             backlog = self._api._backlog(device, self._wanted, self._request, DEFAULT_BACKLOG)
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with trio.open_nursery() as nursery:
@@ -192,15 +194,10 @@ class _LogcatStream(Response):
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(watch_disconnect)
-                await self._pump(backlog, batches, send)
+                await self._pump(backlog, viewer, send)
                 nursery.cancel_scope.cancel()
 
-    async def _pump(
-        self,
-        backlog: list[Item],
-        batches: trio.MemoryReceiveChannel[list[Item]],
-        send: Send,
-    ) -> None:
+    async def _pump(self, backlog: list[Item], viewer: Viewer, send: Send) -> None:
         async def write(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
@@ -212,28 +209,29 @@ class _LogcatStream(Response):
             await write(self._frame(backlog))
         while True:
             batch: list[Item] | None = None
+            dropped = 0
             with trio.move_on_after(KEEPALIVE):
                 try:
-                    batch = await batches.receive()
+                    batch, dropped = await viewer.next_batch()
                 except trio.EndOfChannel:
                     return
             if batch is None:
                 await write(sse.comment("keepalive"))
                 continue
+            if dropped:
+                # This viewer fell behind by more than [logcat]'s budget: say what it lost.
+                await write(sse.event_frame(make_event(LOGCAT_DROPPED, lines=dropped)))
             fresh = [item for item in batch if item.seq > seen]
             if fresh:
                 seen = fresh[-1].seq
                 await write(self._frame(fresh))
 
     def _frame(self, items: list[Item]) -> bytes:
-        return sse.event_frame(
-            make_event(
-                LOGCAT_EVENT,
-                device=self._device.serial,
-                app=self._app,
-                items=[item.to_json() for item in items],
-            )
-        )
+        """One ``logcat.lines`` event; each item's JSON is made once for every viewer."""
+        head = make_event(LOGCAT_EVENT, device=self._device.serial, app=self._app)
+        opening = json.dumps(head, ensure_ascii=False, separators=(",", ":"))[:-1]
+        data = f'{opening},"items":[{",".join(item.json_text() for item in items)}]}}'
+        return f"event: {LOGCAT_EVENT}\ndata: {data}\n\n".encode()
 
 
 def routes(

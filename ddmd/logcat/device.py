@@ -19,6 +19,7 @@ has to be guessed from a text format that differs between Android versions.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,16 +52,29 @@ class LogcatSettings:
     keep: bool = False
     idle_stop: float = 30.0
     stall: float = 10.0  # a partial entry that gets no more bytes for this long: reopened
-    viewer_batches: int = 1024  # batches that may wait for one viewer before it loses some
+    viewer_lines: int = 100_000  # lines that may wait for one viewer before it loses some
 
 
 @dataclass(eq=False)
 class Viewer:
-    """One subscriber: its filter and its bounded queue of batches (lists of items)."""
+    """One subscriber: its filter and its queue of batches (lists of items), bounded by the
+    lines in it. A viewer too slow to take them loses the newest, and is told how many with
+    the next batch it gets (``dropped``)."""
 
     wanted: LineFilter
     send: trio.MemorySendChannel[list[Item]]
-    dropped: int = 0
+    receive: trio.MemoryReceiveChannel[list[Item]]
+    budget: int
+    queued: int = 0
+    dropped: int = 0  # lost since the viewer was last told
+    lost: int = 0  # lost in all
+
+    async def next_batch(self) -> tuple[list[Item], int]:
+        """The next batch, and how many lines were lost before it (EndOfChannel at the end)."""
+        batch = await self.receive.receive()
+        self.queued -= len(batch)
+        dropped, self.dropped = self.dropped, 0
+        return batch, dropped
 
 
 @dataclass
@@ -68,6 +82,7 @@ class _Stats:
     entries: int = 0
     opens: int = 0
     problems: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0  # lines viewers too slow to take them lost
 
 
 class DeviceLogcat:
@@ -107,17 +122,19 @@ class DeviceLogcat:
         return len(self._viewers)
 
     @contextlib.contextmanager
-    def subscribe(self, wanted: LineFilter) -> Iterator[trio.MemoryReceiveChannel[list[Item]]]:
-        """Batches of new items matching ``wanted`` while the context lasts."""
-        send, receive = trio.open_memory_channel[list[Item]](self.settings.viewer_batches)
-        viewer = Viewer(wanted, send)
+    def subscribe(self, wanted: LineFilter) -> Iterator[Viewer]:
+        """New items matching ``wanted`` (``Viewer.next_batch``) while the context lasts."""
+        send, receive = trio.open_memory_channel[list[Item]](math.inf)
+        viewer = Viewer(wanted, send, receive, self.settings.viewer_lines)
         self._viewers.add(viewer)
         self._wanted.set()
         try:
-            yield receive
+            yield viewer
         finally:
             self._viewers.discard(viewer)
             send.close()
+            if viewer.lost:
+                log.info(Event.LOGCAT_VIEWER_LAGGED, device=self.serial, lost=viewer.lost)
 
     def select(self, wanted: LineFilter, **kw: Any) -> list[Item]:
         return self.ring.select(wanted, **kw)
@@ -272,12 +289,17 @@ class DeviceLogcat:
             batch = [item for item in items if viewer.wanted.matches(item)]
             if not batch:
                 continue
+            if viewer.queued + len(batch) > viewer.budget:
+                viewer.dropped += len(batch)  # it is told with the next batch it gets
+                viewer.lost += len(batch)
+                self.stats.dropped += len(batch)
+                continue
             try:
                 viewer.send.send_nowait(batch)
-            except trio.WouldBlock:
-                viewer.dropped += len(batch)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._viewers.discard(viewer)
+                continue
+            viewer.queued += len(batch)
 
     def _problem(self, kind: str, message: str) -> None:
         count = self.stats.problems.get(kind, 0)

@@ -6,6 +6,8 @@ Layer: standard library and ``ddmd.protocol`` only (sans-IO).
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -18,7 +20,13 @@ from ddmd.protocol.logcat import LogEntry, level_letter, parse_level
 __all__ = ["Line", "LineFilter", "Restart", "Ring", "parse_since"]
 
 
-@dataclass(frozen=True, slots=True)
+@functools.lru_cache(maxsize=4096)
+def _second(sec: int) -> str:
+    """A second as ISO 8601 (UTC), formatted once (a busy log has thousands of lines in it)."""
+    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@dataclass(slots=True, eq=False)
 class Line:
     """One log entry of a device, with the app it belongs to (None: a process ddmd does not
     know) and its crash mark ("java", "native", "anr", "died" or None)."""
@@ -28,6 +36,13 @@ class Line:
     entry: LogEntry
     app: str | None = None
     crash: str | None = None
+    _text: str | None = None  # its JSON, made once for every viewer
+
+    def json_text(self) -> str:
+        """``to_json()`` as JSON text, encoded once however many viewers get it."""
+        if self._text is None:
+            self._text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+        return self._text
 
     @property
     def time(self) -> float:
@@ -35,7 +50,7 @@ class Line:
 
     def to_json(self) -> dict[str, Any]:
         e = self.entry
-        stamp = datetime.fromtimestamp(e.sec, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        stamp = _second(e.sec)
         return {
             "kind": "line",
             "seq": self.seq,
@@ -52,7 +67,7 @@ class Line:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Restart:
     """An app's process was replaced: the separator viewers of that app print."""
 
@@ -65,6 +80,9 @@ class Restart:
 
     def text(self) -> str:
         return f"{self.app} restarted (pid {self.old_pid} \u2192 {self.new_pid})"
+
+    def json_text(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -64,10 +64,11 @@ def make(adb: FakeAdb, serial: str, crashes: list | None = None) -> DeviceLogcat
     )
 
 
-async def lines_of(batches, count: int) -> list[Line]:
+async def lines_of(viewer, count: int) -> list[Line]:
     out: list = []
     while len(out) < count:
-        out += await batches.receive()
+        batch, _ = await viewer.next_batch()
+        out += batch
     return out
 
 
@@ -180,3 +181,27 @@ async def test_a_live_line_stamped_before_the_one_ahead_of_it_is_kept(nursery, a
         await adb.end("A").send_all(record(5) + record(4))  # processes stamp their own lines
         got = await lines_of(batches, 2)
         assert [line.entry.sec - rec.BASE_SEC for line in got] == [5, 4]
+
+
+async def test_a_viewer_too_slow_loses_the_newest_lines_and_is_told_how_many(
+    nursery, autojump_clock
+):
+    adb = FakeAdb()
+    device = DeviceLogcat(
+        "A", adb.open, LogcatSettings(viewer_lines=3, idle_stop=5.0), lambda: {}, lambda *a: None
+    )
+    nursery.start_soon(device.run)
+    with capture_logs() as logs:
+        with device.subscribe(LineFilter()) as slow:
+            await opened(adb, 1)
+            for n in range(6):  # one entry per read: six batches of one
+                await adb.end("A").send_all(record(n))
+                await trio.testing.wait_all_tasks_blocked()
+            kept = [await slow.next_batch() for _ in range(3)]
+            assert [b[0].entry.sec - rec.BASE_SEC for b, _ in kept] == [0, 1, 2]
+            await adb.end("A").send_all(record(9))
+            batch, dropped = await slow.next_batch()
+            assert batch[0].entry.sec - rec.BASE_SEC == 9
+            assert dropped + sum(d for _, d in kept) == 3  # told once, with a batch it got
+        assert device.stats.dropped == 3
+    assert [e["lost"] for e in logs if e["event"] == "logcat.viewer_lagged"] == [3]
