@@ -18,6 +18,7 @@ and the sub-resource routes listed before the bare VM route)::
     GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
     POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, confirmed, heaps}
     GET  /api/v1/vms/{target}/threads/{thread}/stack   {vm, thread_id, thread_name, frames}
+    GET  /api/v1/vms/{target}/stacks                every thread's stack (`control.jvm`)
     POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
     GET  /api/v1/vms/{target}/heap.png[?width=&height=&heap=]   the last dump drawn (image/png)
     GET  /api/v1/heap/legend                        colours of heap.png (`control.heapimage`)
@@ -64,6 +65,7 @@ from starlette.types import ASGIApp
 
 from ddmd import __version__
 from ddmd.control import ddms, heapimage, web
+from ddmd.control import jvm as plain_jvm
 from ddmd.control import logcat as logcat_routes
 from ddmd.control.server import ControlBound, serve_control
 from ddmd.control.shapes import image_json, stack_json, threads_json
@@ -292,6 +294,9 @@ class _Api:
             body["run_fields"] = list(RUN_FIELDS)
             body["kinds"] = {str(int(k)): k.name.lower() for k in Kind}
             body["solidities"] = {str(int(s)): s.name.lower() for s in Solidity}
+        jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: GC.heap_info's figures
+        if jvm_heap is not None:
+            body["jvm_heap"] = jvm_heap
         return JSONResponse(body)
 
     async def heap_dump(self, request: Request) -> Response:
@@ -368,11 +373,13 @@ class _Api:
         handle = self._resolve(request)
         outcome = await handle.cause_gc()
         snapshot = handle.snapshot()
+        jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: the heap after its GC
         return JSONResponse(
             {
                 "vm": snapshot.to_json(),
                 **outcome.to_json(),
                 "heaps": [h.to_json() for h in snapshot.heaps],
+                **({} if jvm_heap is None else {"jvm_heap": jvm_heap}),
             }
         )
 
@@ -397,6 +404,9 @@ class _Api:
     async def stack(self, request: Request) -> Response:
         raw = request.path_params["thread"]
         handle = self._resolve(request)
+        plain = await plain_jvm.stack_json(handle, raw)  # a plain JVM: from its thread dump
+        if plain is not None:
+            return JSONResponse(plain)
         snapshot = handle.snapshot()
         try:
             thread_id = resolve_thread(snapshot, raw)
@@ -550,6 +560,7 @@ def create_app(
         # Sub-resources before the bare VM route: `{target:path}` would swallow them.
         Route(vm + "/threads/{thread:path}/stack", _guarded(api.stack), methods=["GET"]),
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
+        *plain_jvm.routes(vm, api._resolve, _guarded),  # GET .../stacks
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
         *ddms.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),

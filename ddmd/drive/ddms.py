@@ -30,6 +30,9 @@ from ddmd.session.inputs import (
 )
 from ddmd.session.vm import VmSession
 
+if TYPE_CHECKING:
+    from ddmd.drive.jvmtools import JvmTools
+
 __all__ = ["CaptureResult", "ProfilingDriver"]
 
 
@@ -54,6 +57,7 @@ class ProfilingDriver:
     device_files: DeviceFiles | None
 
     if TYPE_CHECKING:  # VmDriver's
+        jvm: JvmTools
 
         async def _ask(self, request: Request, *, number: int | None = None) -> object: ...
 
@@ -64,8 +68,11 @@ class ProfilingDriver:
     def profiling(self) -> dict[str, Any]:
         """What this VM offers (``available`` and the ``reason`` when not), and its states."""
         session = self._session
+        features = session.profiling_offer()
+        if self.jvm.applies():  # a plain JVM: heap dumps through the attach API
+            features = {**features, **self.jvm.offer()}
         return {
-            "features": session.profiling_offer(),
+            "features": features,
             "trace": session.trace_state,
             "allocs": None,  # not known until asked (GET .../allocs says)
         }
@@ -92,6 +99,8 @@ class ProfilingDriver:
         return await self._capture(StopTrace(), "trace")
 
     async def dump_hprof(self) -> CaptureResult:
+        if self.jvm.applies():  # a plain JVM: GC.heap_dump through the attach API
+            return await self.jvm.dump_hprof()
         return await self._capture(DumpHprof(self._device_path("hprof")), "hprof")
 
     async def alloc_tracker(self, action: str) -> dict[str, Any]:

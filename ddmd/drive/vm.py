@@ -41,6 +41,7 @@ from ddmd.drive.debugger import (
 )
 from ddmd.drive.debuggers import RECEIVE_SIZE, DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
+from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event
@@ -172,6 +173,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._captures: dict[int, CaptureFile] = {}  # call -> the file it brings
         self.capture_dir = config.debugger.state_file.parent / "captures"
         self.device_files = files  # adb VMs: for traces and dumps the VM can only write there
+        self.jvm = JvmTools(self, process=process, address=address, config=config)  # plain JVMs
         self._log = log.bind(vm=vm_id)
         self._nursery: trio.Nursery | None = None
         self._vm: Outbox | None = None
@@ -245,11 +247,15 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         return self.snapshot()
 
     async def cause_gc(self) -> GcOutcome:
+        if self.jvm.applies():  # a plain JVM: GC.run through the attach API
+            return await self.jvm.cause_gc()
         outcome = await self._ask(CauseGc())
         assert isinstance(outcome, GcOutcome)
         return outcome
 
     async def stack_trace(self, thread_id: int) -> StackTrace:
+        if self.jvm.applies():  # a plain JVM: its thread dump (Thread.print)
+            return await self.jvm.stack_trace(thread_id)
         trace = await self._ask(GetStack(thread_id))
         assert isinstance(trace, StackTrace)
         return trace

@@ -14,7 +14,8 @@ agent), so each conversation ends on evidence that always comes:
     heap dump     HPDS: the HPDS push carrying the whole .hprof -> Capture commands; HPDU (file
                   mode): its reply, then the driver fetches the device file
     allocations   REAE, then REAQ (always answered); REAL for the list
-    kill          EXIT; the VM closes the connection (no answer is expected)
+    kill          EXIT; the VM closes the connection (no answer is expected); a plain JVM:
+                  JDWP VirtualMachine.Exit instead
 
 A file pushed whole (small) arrives through the model's push path (``capture_chunk``); one
 larger than the relay threshold arrives in pieces from the router (``push_piece``) and is
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ddmd.protocol import ddm
 from ddmd.protocol.expect import Answer
-from ddmd.session.calls import PROFILING_REQUESTS, Own, PendingCall
+from ddmd.protocol.jdwp import CommandSet, VirtualMachineCommand
+from ddmd.session.calls import PROFILING_REQUESTS, SELF, Own, PendingCall
 from ddmd.session.commands import Capture, Command, Log
 from ddmd.session.inputs import (
     AllocTracker,
@@ -53,6 +55,7 @@ _C = TypeVar("_C", bound=ddm.Chunk)
 _MPSE = int(ddm.ChunkType.MPSE)
 _HPDS = int(ddm.ChunkType.HPDS)
 _CHUNK_HEADER = struct.Struct(">II")
+_EXIT_CODE = struct.Struct(">I")
 
 STREAMING_TRACE = "method-trace-profiling-streaming"
 FILE_TRACE = "method-trace-profiling"
@@ -97,7 +100,10 @@ class Profiling:
             "trace": self._offer_trace(),
             "allocs": self._offer("REAQ"),
             "hprof": self._offer_hprof(),
-            "kill": self._offer("EXIT"),
+            # A plain JVM is stopped over JDWP (VirtualMachine.Exit), DDM or not.
+            "kill": {"available": True, "reason": None}
+            if self._s.model.ddm is False
+            else self._offer("EXIT"),
         }
 
     def _no_ddm(self) -> str | None:
@@ -160,6 +166,9 @@ class Profiling:
     def _call_profiling(self, pending: PendingCall, now: float) -> None:
         request = pending.request
         if isinstance(request, Kill):
+            if self._s.model.ddm is False:
+                self._exit_jvm(pending, request.status, now)
+                return
             reason = self._no_ddm()
             if reason is not None:
                 self._s.calls._reject(pending, "unsupported", reason, now)
@@ -190,6 +199,18 @@ class Profiling:
                 )
         elif isinstance(request, DumpHprof):
             self._dump_hprof(pending, request, now)
+
+    def _exit_jvm(self, pending: PendingCall, status: int, now: float) -> None:
+        """A plain JVM has no DDM EXIT: JDWP VirtualMachine.Exit (its int exit code) on ddmd's
+        own connection. Like EXIT, nothing waits for an answer: the VM may be gone first."""
+        data = _EXIT_CODE.pack(status & 0xFFFFFFFF)
+        deadline = now + self._s.settings.ddm_request
+        _, send = self._s.router.send_own(
+            SELF, CommandSet.VIRTUAL_MACHINE, VirtualMachineCommand.EXIT, data, deadline
+        )
+        self._s._out.append(send)
+        self._s._log("vm.exit_requested", status=status, via="JDWP VirtualMachine.Exit")
+        self._s.calls._resolve(pending, {"status": status}, now)
 
     def _refuse(self, pending: PendingCall, reason: str | None, now: float) -> bool:
         if reason is None:

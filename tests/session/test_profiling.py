@@ -8,7 +8,7 @@ from typing import Any
 
 from ddmd.protocol import ddm
 from ddmd.protocol.jdwp import CommandPacket, CommandSet, encode
-from ddmd.session.commands import Capture, Log, Reject, Resolve
+from ddmd.session.commands import Capture, Log, Reject, Resolve, SendToVm
 from ddmd.session.inputs import (
     AllocTracker,
     Call,
@@ -242,19 +242,27 @@ def test_kill_sends_exit_and_answers_at_once() -> None:
     assert vm.book() >> Call(1, Kill(3)) << asks(6, ddm.ExitRequest(3)) << Resolve(1, {"status": 3})
 
 
-def test_a_plain_jvm_offers_none_of_it_in_words() -> None:
+def test_a_plain_jvm_offers_none_of_the_ddm_features_in_words() -> None:
+    # Its heap dumps come from the attach API (drive/jvmtools.py), never from the session.
     vm = plain_jvm()
     offer = vm.session.profiling_offer()
     assert {k: v["available"] for k, v in offer.items()} == {
         "trace": False,
         "allocs": False,
         "hprof": False,
-        "kill": False,
+        "kill": True,
     }
     assert "plain JVM" in str(offer["trace"]["reason"])
     message = Placeholder("message")
     assert vm.book() >> Call(1, DumpHprof()) << Reject(1, "unsupported", message)
     assert "does not speak DDM" in message.value
+
+
+def test_a_plain_jvm_is_killed_with_jdwp_virtual_machine_exit() -> None:
+    # VirtualMachine.Exit (1/10), exit code as a JDWP int; answered at once like EXIT.
+    vm = plain_jvm()  # ids 1 (HELO) and 2 (Version) used
+    exit_vm = CommandPacket(3, CommandSet.VIRTUAL_MACHINE, 10, (7).to_bytes(4, "big"))
+    assert vm.book() >> Call(1, Kill(7)) << SendToVm(encode(exit_vm)) << Resolve(1, {"status": 7})
 
 
 def test_a_vm_that_only_writes_trace_files_needs_a_device_path() -> None:
