@@ -40,14 +40,12 @@ from ddmd.cli.format import (
     adb_off_message,
     format_clients,
     format_devices,
-    format_gc,
-    format_heap,
     format_select,
-    format_stack,
     format_threads,
     print_json,
     show,
 )
+from ddmd.cli.jvm import all_stacks, format_gc_any, format_heap_any, format_stack_any, format_stacks
 from ddmd.config import find_config_file, load_config
 from ddmd.errors import ConfigError
 from ddmd.netaddr import connectable, host_port
@@ -541,7 +539,7 @@ def heap(
         return await api.call("GET", path)
 
     body = run_with_api("heap", where, work)
-    show(body, as_json, format_heap)
+    show(body, as_json, format_heap_any)  # a plain JVM: GC.heap_info's figures (cli.jvm)
 
 
 @click.command("gc", short_help="Ask a VM to run a garbage collection.")
@@ -558,7 +556,7 @@ def gc(
         return await api.call("POST", api.vm_path(target, "/gc"))
 
     body = run_with_api("gc", where, work)
-    show(body, as_json, format_gc)
+    show(body, as_json, format_gc_any)
 
 
 @click.command("select", short_help="Make a VM current: debuggers on port 8700 reach it.")
@@ -581,22 +579,28 @@ def select(
     show(body, as_json, format_select)
 
 
-@click.command("stack", short_help="Show the stack trace of one thread of a VM.")
+@click.command("stack", short_help="Show a VM's stacks: every thread (like jstack) or one.")
 @target_argument
-@click.argument("thread")
+@click.argument("thread", required=False)
 @json_option
 @client_options
 def stack(
     target: str,
-    thread: str,
+    thread: str | None,
     as_json: bool,
     config_file: str | None,
     control: str | None,
     device: str | None,
 ) -> None:
     """Show the stack trace of THREAD (a thread id or name from 'ddmd threads') in the VM
-    TARGET. A name may be a unique part of one ('ddmd stack mail main')."""
+    TARGET. A name may be a unique part of one ('ddmd stack mail main'). Without THREAD,
+    every thread's stack, like jstack. A plain JVM's come from its thread dump (the HotSpot
+    attach API)."""
     where = daemon_address("stack", config_file, control, device)
+    if thread is None:
+        every = run_with_api("stack", where, lambda api: all_stacks(api, target))
+        show(every, as_json, format_stacks)
+        return
 
     async def work(api: Api) -> Any:
         return await api.call(
@@ -604,7 +608,7 @@ def stack(
         )
 
     body = run_with_api("stack", where, work)
-    show(body, as_json, format_stack)
+    show(body, as_json, format_stack_any)
 
 
 #: The commands of this module, in the order `ddmd --help` and the tests list them.

@@ -644,6 +644,12 @@ def _convert(dump: Path) -> Path:
     return out
 
 
+def _standard(dumped: Mapping[str, Any]) -> bool:
+    """A dump in the standard format already (a plain JVM's, ``JAVA PROFILE 1.0.2``)."""
+    histogram = dumped.get("histogram")
+    return isinstance(histogram, dict) and histogram.get("format") == "JAVA PROFILE 1.0.2"
+
+
 def _histogram_text(histogram: Any, dump: Path, top: int) -> tuple[str | None, str | None]:
     """The daemon's histogram when it has the rows asked for, else the file's, read here."""
     try:
@@ -720,7 +726,10 @@ def hprof(
             click.echo(text)
         else:
             click.echo(f"ddmd hprof: cannot show the class histogram: {problem}", err=True)
-    if not convert:
+    if not convert or _standard(dumped):
+        if convert and not as_json:  # a plain JVM's dump: hprof-conv would refuse it
+            click.echo("")
+            click.echo(f"{dest} is a standard HPROF already (HotSpot's): nothing to convert")
         if as_json:
             print_json(_with_path(dumped, path=dest))
         return
