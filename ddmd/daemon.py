@@ -191,6 +191,7 @@ async def run(
                 await current.run(task_status=task_status)
 
         current_port = await root.start(run_current)
+        registry.current_port = current_port  # the API names it (`ddmd clients`, the page)
 
         # The adb front (ddmd.front): adb tools share the VMs ddmd holds. Not without adb.
         front_port: int | None = None

@@ -29,6 +29,7 @@ from ddmd.session.model import (
     ThreadSnapshot,
     VmSnapshot,
 )
+from ddmd.session.words import SILENCE_HINTS, missing_sentence
 
 # The snapshot types live with the session that builds them; they are served from here.
 __all__ = [
@@ -152,6 +153,12 @@ class VmRegistry:
     Listeners are plain callables ``(kind, vm_id)`` called synchronously; they must not block
     (the event stream wraps them in ``send_nowait`` on bounded channels). Kind "device" carries
     a device serial instead of a VM id (the adb device list changed).
+
+    The current VM (`current`): the VM of the app chosen with `select` while it runs, else the
+    only VM when exactly one is known, else none. `current_port` is the port that serves it
+    (set by the daemon once that port listens; None in tests without one), and the adb
+    server's address and whether ddmd reaches it (`set_adb_server`, told by the adb
+    discoverer) let the API say why the device list is empty.
     """
 
     _vms: dict[str, VmHandle] = field(default_factory=dict)
@@ -160,6 +167,10 @@ class VmRegistry:
     _selected_key: str | None = None  # sticky selection: DEVICE|NAME of the chosen app
     _selected_id: str | None = None  # the VM that was chosen (preferred among equal keys)
     _last_current: str | None = None
+    #: The current-VM port as bound (the daemon sets it once it listens).
+    current_port: int | None = None
+    _adb_server: str | None = None  # host:port of the adb server ddmd uses
+    _adb_connected: bool | None = None  # None: not tried yet (or adb is off)
 
     def add(self, handle: VmHandle) -> None:
         self._vms[handle.vm_id] = handle
@@ -218,6 +229,17 @@ class VmRegistry:
     def devices(self) -> list[DeviceSnapshot]:
         """Known devices, sorted by serial."""
         return [self._devices[s] for s in sorted(self._devices)]
+
+    def set_adb_server(self, address: str, *, connected: bool) -> None:
+        """The adb discoverer reached the server at ``address`` (``host:port``), or lost it."""
+        self._adb_server = address
+        self._adb_connected = connected
+
+    def adb_server(self) -> dict[str, Any] | None:
+        """``{server, connected}`` once the adb discoverer tried the server, else None."""
+        if self._adb_connected is None:
+            return None
+        return {"server": self._adb_server, "connected": self._adb_connected}
 
     # ------------------------------------------------------------------ current VM
 
@@ -318,13 +340,14 @@ class VmRegistry:
         several: ambiguous, the matches are the candidates):
 
         1. the exact VM id ("tcp:8000", "emulator-5554/1234"; ``device`` is not needed);
-        2. the pid;
+        2. the pid, or the port of a VM found on a scanned port ("8001" for "tcp:8001");
         3. the exact app or package name;
         4. the end of an app or package name at a dot or colon ("mail" or ".mail" for
            "com.example.mail", "example.mail" too), ignoring case;
         5. a part of an app or package name ("exam" for "com.example.mail"), ignoring case.
 
-        ``device`` narrows rules 2-5 to the VMs of one adb device.
+        ``device`` narrows rules 2-5 to the VMs of one adb device; a device nobody knows is
+        said as such ("no device X (devices: ...)"), not as a VM that does not match.
         """
         target = target.strip()
         if not target:
@@ -333,7 +356,13 @@ class VmRegistry:
             return self._vms[target]
         snapshots = [(h, h.snapshot()) for h in self._vms.values()]
         if device is not None:
+            self._check_device(device, [s for _, s in snapshots])
             snapshots = [(h, s) for h, s in snapshots if s.device == device]
+            if not snapshots:
+                raise TargetError(
+                    f"no VM matches {target!r} on device {device} "
+                    "(ddmd knows no debuggable VM on it)"
+                )
         for rule in _TARGET_RULES:
             matches = [h for h, s in snapshots if rule(target, s)]
             if len(matches) == 1:
@@ -344,9 +373,22 @@ class VmRegistry:
                     candidates=self._describe(matches),
                     ambiguous=True,
                 )
+        if device is not None:
+            raise TargetError(
+                f"no VM matches {target!r} on device {device}",
+                candidates=self._describe(h for h, _ in snapshots),
+            )
         raise TargetError(
             f"no VM matches {target!r}", candidates=self._describe(self._vms.values())
         )
+
+    def _check_device(self, device: str, snapshots: list[VmSnapshot]) -> None:
+        """TargetError "no device X (devices: ...)" unless adb lists ``device`` or a VM is on it."""
+        known = set(self._devices) | {s.device for s in snapshots if s.device}
+        if device in known:
+            return
+        listed = f"devices: {', '.join(sorted(known))}" if known else "no adb device is known"
+        raise TargetError(f"no device {device} ({listed})")
 
     @staticmethod
     def _describe(handles: Any) -> tuple[str, ...]:
@@ -371,8 +413,11 @@ def _real_names(s: VmSnapshot) -> list[str]:
     return [n.casefold() for n in _names(s) if n not in _UNNAMED]
 
 
-def _by_pid(target: str, s: VmSnapshot) -> bool:
-    return target.isascii() and target.isdigit() and s.pid == int(target)
+def _by_pid_or_port(target: str, s: VmSnapshot) -> bool:
+    """The pid, or the port of a VM found by the port scan (its id is "tcp:PORT")."""
+    if not (target.isascii() and target.isdigit()):
+        return False
+    return s.pid == int(target) or s.id == f"tcp:{int(target)}"
 
 
 def _by_name(target: str, s: VmSnapshot) -> bool:
@@ -392,7 +437,7 @@ def _by_part(target: str, s: VmSnapshot) -> bool:
 
 
 _TARGET_RULES: tuple[Callable[[str, VmSnapshot], bool], ...] = (
-    _by_pid,
+    _by_pid_or_port,
     _by_name,
     _by_suffix,
     _by_part,
@@ -416,6 +461,27 @@ def _thread_id(t: ThreadSnapshot) -> int:
     return t.thread_id
 
 
+#: Thread handlers whose absence means stack traces are gone too (Android 12+ removed all three).
+_THREAD_HANDLERS = ("STKL", "THST", "THEN")
+
+
+def no_stack_traces(snapshot: VmSnapshot) -> str | None:
+    """Why ``snapshot``'s VM gives no stack traces, in a user's words; None when it may.
+
+    A plain JVM has no DDM; a VM that refused or ignored STKL says so in its own sentence; a VM
+    that gave no thread list because its thread handlers are gone (THST or THEN missing) has
+    no STKL either: one sentence, instead of "give a thread id" and then a failed id.
+    """
+    name = snapshot.display_name
+    if snapshot.ddm is False:
+        return missing_sentence(name, "STKL", "", ddm=False)
+    if "STKL" in snapshot.unsupported:
+        return snapshot.missing()["STKL"]
+    if snapshot.threads is None and any(f in snapshot.unsupported for f in _THREAD_HANDLERS):
+        return missing_sentence(name, "STKL", SILENCE_HINTS["STKL"], ddm=snapshot.ddm)
+    return None
+
+
 def resolve_thread(snapshot: VmSnapshot, thread: str) -> int:
     """The thread id meant by ``thread``: an id, or a thread name of the VM's thread list.
 
@@ -423,8 +489,12 @@ def resolve_thread(snapshot: VmSnapshot, thread: str) -> int:
     the known threads as candidates); without a list it is taken as it is (the VM answers).
     A name: the exact name first, then a part of a name ignoring case; several matches are
     ambiguous. A name needs the thread list (FeatureUnsupported without one). Raises
-    ValueError for an id outside 0..MAX_THREAD_ID.
+    ValueError for an id outside 0..MAX_THREAD_ID. A VM known to give no stack traces (a plain
+    JVM; a VM without thread handlers, as Android 12+) says so at once, for an id as for a name.
     """
+    no_stacks = no_stack_traces(snapshot)
+    if no_stacks is not None:
+        raise FeatureUnsupported(no_stacks)
     text = thread.strip()
     threads = snapshot.threads
     if not text:

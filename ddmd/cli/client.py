@@ -11,13 +11,28 @@ Every command takes `--config FILE` (where to read `[control] host/port/token/so
 `--control HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to
 one adb device). `--json` prints the API's JSON unchanged. Without `--control`, the daemon's unix
 socket (`[control] socket`) is used when it exists, or when `[control] tcp = false`; otherwise
-TCP. Exit codes:
+TCP. A command about one VM takes TARGET, or without it the current VM (`vm_of`), as adb
+takes its only device.
 
-    0  success (also Ctrl-C during --watch or `events`, and the daemon stopping during `events`)
-    1  the API answered with an error (VM gone, feature unsupported, timeout, bad token, ...)
-    2  unknown or ambiguous TARGET, THREAD or APP (the candidates follow, one per line); bad
-       config or usage
+Exit codes: one table for every `ddmd` command (the README's "Exit codes"; each command and
+situation is checked by tests/control/test_exit_codes.py), whatever the output format:
+
+    0  done; also an empty list, a GC the VM did not confirm, and Ctrl-C ending --watch,
+       `events` or `logcat` (and the daemon stopping during `events`)
+    1  the VM or the daemon refused, or could not do it: the feature is not available for this
+       VM (`threads`, `heap` and `allocs --status` too, though they print the reason as their
+       answer), the VM went away, no answer in time, a bad token; or a file could not be read
+       or written (`hprof-summary`, `trace-report`, a download, hprof-conv)
+    2  the command line names nothing usable: usage errors and bad option values, an unknown or
+       ambiguous TARGET, THREAD, APP or --device (the candidates follow, one per line), no
+       TARGET while no VM is current, a bad config file
     3  no daemon is answering at the control address
+    4  `run`/`demo` only: a ddmd already runs for this control address (`cli.main`)
+
+Why this split: it is the table this module always had (the most commands), click's own 2 for
+usage errors, and `cli.main`'s 4; "not available" joins the other refusals (a script that asks
+for threads learns that it got none), and a file that cannot be read is work that failed (1),
+while an `-o` into a missing directory is refused with the command line, before any work (2).
 
 Test seam: `make_transport()` returns the httpx transport every command uses (None = the
 network); tests replace it to route the commands to an in-process app.
@@ -45,7 +60,7 @@ from ddmd.cli.format import (
     print_json,
     show,
 )
-from ddmd.cli.jvm import all_stacks, format_gc_any, format_heap_any, format_stack_any, format_stacks
+from ddmd.cli.jvm import format_gc_any, format_heap_any, format_stack_any, format_stacks, stacks_of
 from ddmd.config import find_config_file, load_config
 from ddmd.errors import ConfigError
 from ddmd.netaddr import connectable, host_port
@@ -59,6 +74,7 @@ __all__ = [
     "EXIT_NO_DAEMON",
     "EXIT_OK",
     "EXIT_TARGET",
+    "NO_CURRENT_VM",
     "VM_COMMANDS",
     "Api",
     "DaemonAddress",
@@ -66,6 +82,7 @@ __all__ = [
     "app_name",
     "clients",
     "config_option",
+    "current_vm",
     "daemon_address",
     "devices",
     "fail",
@@ -76,6 +93,7 @@ __all__ = [
     "select",
     "stack",
     "threads",
+    "vm_of",
 ]
 
 EXIT_OK = 0
@@ -160,6 +178,9 @@ class DaemonAddress:
     token: str
     device: str | None
     uds: str | None = None  # the daemon's unix socket, when the commands go through it
+    # From the same config: where debuggers connect (a daemon's health answer says better).
+    debugger_host: str = "127.0.0.1"
+    current_port: int | None = None
 
     @property
     def shown(self) -> str:
@@ -197,7 +218,14 @@ def daemon_address(
             uds = path
     # Through the socket too: the Host header names loopback (the API's Host rule).
     base = f"http://{host_port(connectable(host), port)}"
-    return DaemonAddress(base, config.control.token, device or None, uds)
+    return DaemonAddress(
+        base,
+        config.control.token,
+        device or None,
+        uds,
+        debugger_host=config.debugger.host,
+        current_port=config.debugger.current_port,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -257,7 +285,11 @@ class Api:
         if response.status_code in (404, 409) and isinstance(body, dict) and "candidates" in body:
             candidates = [str(c) for c in body["candidates"] or []]
             if not candidates:
-                raise Failure(f"{message} ({_no_candidates(body)})", EXIT_TARGET)
+                # A message that ends in its own "(...)" already says why there are none
+                # ("no device X (devices: ...)").
+                if not message.endswith(")"):
+                    message += f" ({_no_candidates(body)})"
+                raise Failure(message, EXIT_TARGET)
             message += ":" if response.status_code == 409 else "; candidates:"
             raise Failure(message, EXIT_TARGET, candidates)
         if response.status_code == 401:
@@ -293,6 +325,65 @@ def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awai
 
 
 # --------------------------------------------------------------------------------------------------
+# TARGET, or the current VM
+
+#: What a command without TARGET says when no VM is current (exit 2).
+NO_CURRENT_VM = (
+    "no TARGET given and no VM is current: name one (see 'ddmd clients'), or make one "
+    "current with 'ddmd select TARGET'"
+)
+
+
+def _vm_in(body: Any, what: str) -> dict[str, Any]:
+    vm = body.get("vm") if isinstance(body, dict) else None
+    if not isinstance(vm, dict) or not isinstance(vm.get("id"), str):
+        raise Failure(f"the daemon's answer for {what} names no VM", EXIT_API_ERROR)
+    return vm
+
+
+async def current_vm(api: Api) -> dict[str, Any]:
+    """The current VM's JSON (``GET /api/v1/current``), for a command whose TARGET was left
+    out; exit 2 when no VM is current, or when it is not on the ``--device`` asked for."""
+    body = await api.call("GET", f"{API}/current")
+    if not isinstance(body, dict) or body.get("vm") is None:
+        raise Failure(NO_CURRENT_VM, EXIT_TARGET)
+    vm = _vm_in(body, "the current VM")
+    device = api.address.device
+    if device and vm.get("device") != device:
+        raise Failure(
+            f"the current VM ({vm.get('name') or vm['id']}) is not on device {device}: "
+            "give a TARGET",
+            EXIT_TARGET,
+        )
+    return vm
+
+
+async def vm_of(api: Api, target: str | None) -> dict[str, Any]:
+    """The VM's JSON: TARGET's (``GET /api/v1/vms/TARGET``), or the current VM's without one."""
+    if target is None:
+        return await current_vm(api)
+    return _vm_in(await api.call("GET", api.vm_path(target)), repr(target))
+
+
+async def _vm_id(api: Api, target: str | None) -> str:
+    """TARGET as the API takes it, or the current VM's id without one."""
+    return target if target is not None else str((await current_vm(api))["id"])
+
+
+def no_current_line(port: object) -> str:
+    """What `ddmd clients` (and `ddmd demo`, and the web page) say while VMs are known and none
+    is current: a debugger on the current-VM port would be turned away."""
+    where = f"port {port}" if port is not None else "the current-VM port"
+    return f"{where}: no current VM \u2014 'ddmd select TARGET'"
+
+
+def _lacks(vm: Mapping[str, Any], *features: str) -> bool:
+    """Whether the daemon says this VM lacks every way to give one of these (`missing`)."""
+    missing = vm.get("missing") or {}
+    return vm.get("ddm") is False or any(feature in missing for feature in features)
+
+
+# --------------------------------------------------------------------------------------------------
 # Commands
 
 
@@ -325,7 +416,8 @@ def client_options(func: F) -> F:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
-target_argument = click.argument("target")
+#: TARGET of a command about one VM: optional, the current VM without it.
+target_argument = click.argument("target", required=False)
 
 
 @click.command("clients", short_help="List the VMs the daemon knows, with their debugger ports.")
@@ -334,16 +426,25 @@ target_argument = click.argument("target")
 def clients(
     as_json: bool, config_file: str | None, control: str | None, device: str | None
 ) -> None:
-    """List the VMs the daemon knows."""
+    """List the VMs the daemon knows, and say when none is current (port 8700 would turn a
+    debugger away)."""
     target = daemon_address("clients", config_file, control, None)
 
-    async def work(api: Api) -> Any:
-        return await api.call("GET", f"{API}/vms")
+    async def work(api: Api) -> tuple[Any, Any]:
+        listed = await api.call("GET", f"{API}/vms")
+        known = [vm for vm in listed if isinstance(vm, dict)] if isinstance(listed, list) else []
+        none_current = bool(known) and not any(vm.get("current") for vm in known)
+        # The port as the daemon bound it (its health answer), for the "no current VM" line.
+        health = await api.call("GET", f"{API}/health") if none_current and not as_json else None
+        return listed, health
 
-    vms = run_with_api("clients", target, work)
+    vms, health = run_with_api("clients", target, work)
     if device:
         vms = [vm for vm in vms if vm.get("device") == device]
     show(vms, as_json, format_clients)
+    if health is not None:
+        port = health.get("current_port") if isinstance(health, dict) else None
+        click.echo(no_current_line(port if port is not None else target.current_port))
 
 
 @click.command("devices", short_help="List the Android devices and emulators seen through adb.")
@@ -367,8 +468,23 @@ def devices(
     if as_json:
         print_json(listed)
         return
-    off = None if listed else adb_off_message(health)
+    off = None if listed else (adb_off_message(health) or _no_devices_message(health))
     click.echo(off if off is not None else format_devices(listed))
+
+
+def _no_devices_message(health: Any) -> str | None:
+    """Why the device list is empty, from the health answer's ``adb: {server, connected}``
+    (None when the daemon does not say: `format_devices` words it then)."""
+    adb = health.get("adb") if isinstance(health, dict) else None
+    if not isinstance(adb, dict) or not isinstance(adb.get("connected"), bool):
+        return None
+    server = adb.get("server") or "?"
+    if adb["connected"]:
+        return f"the adb server at {server} has no devices (plug one in, or start an emulator)"
+    return (
+        f"no Android devices: no adb server answers at {server} (the daemon keeps trying; "
+        "see adb.* events in its log for how to start one)"
+    )
 
 
 def _is_tty() -> bool:
@@ -438,7 +554,7 @@ async def _app_again(
 @json_option
 @client_options
 def threads(
-    target: str,
+    target: str | None,
     watch: bool,
     interval: float,
     count: int | None,
@@ -447,13 +563,16 @@ def threads(
     control: str | None,
     device: str | None,
 ) -> None:
-    """Show the threads of the VM TARGET (id, pid, app or package name).
+    """Show the threads of the VM TARGET (id, pid, port, app or package name; without it, the
+    current VM).
 
-    With --watch, an app that dies is waited for and followed into its next process.
+    With --watch, an app that dies is waited for and followed into its next process. A VM
+    that does not report threads (Android 12+) says why, and the exit status is 1.
     """
     where = daemon_address("threads", config_file, control, device)
     tty = _is_tty()
     last_note = ""
+    unavailable = False
 
     def note(text: str) -> None:
         """A line about the app watched (restarted, waiting); kept in a redrawn header."""
@@ -481,8 +600,9 @@ def threads(
     async def work(api: Api) -> None:
         import trio
 
+        nonlocal unavailable
         frame = 0
-        path = api.vm_path(target, "/threads")
+        path = api.vm_path(await _vm_id(api, target), "/threads")
         vm: dict[str, Any] | None = None  # the VM watched (--watch follows its app by name)
         while True:
             try:
@@ -498,6 +618,9 @@ def threads(
                 path = api.vm_path(body["vm"]["id"], "/threads")
             show(body, frame)
             frame += 1
+            if vm is not None and body.get("threads") is None and _lacks(vm, "THST", "THEN"):
+                unavailable = True  # said once: watching would only say it again
+                return
             if not watch or (count is not None and frame >= count):
                 return
             await trio.sleep(interval)
@@ -508,6 +631,8 @@ def threads(
         if not watch:
             raise
         raise click.exceptions.Exit(EXIT_OK) from None
+    if unavailable:
+        raise click.exceptions.Exit(EXIT_API_ERROR)
 
 
 @click.command("heap", short_help="Show a VM's heap sizes and heap segment summaries.")
@@ -520,18 +645,19 @@ def threads(
 @json_option
 @client_options
 def heap(
-    target: str,
+    target: str | None,
     segments: bool,
     as_json: bool,
     config_file: str | None,
     control: str | None,
     device: str | None,
 ) -> None:
-    """Show heap sizes of the VM TARGET, and heap segment summaries once a dump exists."""
+    """Show heap sizes of the VM TARGET (or the current VM), and heap segment summaries once a
+    dump exists. A VM that reports no heap information says why (exit status 1)."""
     where = daemon_address("heap", config_file, control, device)
 
     async def work(api: Api) -> Any:
-        path = api.vm_path(target, "/heap")
+        path = api.vm_path(await _vm_id(api, target), "/heap")
         if segments:
             return await api.call(
                 "GET", path, params={"segments": "1"}, read_timeout=SEGMENTS_READ_TIMEOUT
@@ -540,6 +666,10 @@ def heap(
 
     body = run_with_api("heap", where, work)
     show(body, as_json, format_heap_any)  # a plain JVM: GC.heap_info's figures (cli.jvm)
+    vm = body.get("vm") if isinstance(body, dict) else None
+    nothing = not body.get("heaps") and not body.get("images") and "jvm_heap" not in body
+    if isinstance(vm, dict) and nothing and _lacks(vm, "HPIF"):
+        raise click.exceptions.Exit(EXIT_API_ERROR)  # not available: said above, exit 1
 
 
 @click.command("gc", short_help="Ask a VM to run a garbage collection.")
@@ -547,20 +677,24 @@ def heap(
 @json_option
 @client_options
 def gc(
-    target: str, as_json: bool, config_file: str | None, control: str | None, device: str | None
+    target: str | None,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
 ) -> None:
-    """Ask the VM TARGET to run a garbage collection."""
+    """Ask the VM TARGET (or the current VM) to run a garbage collection."""
     where = daemon_address("gc", config_file, control, device)
 
     async def work(api: Api) -> Any:
-        return await api.call("POST", api.vm_path(target, "/gc"))
+        return await api.call("POST", api.vm_path(await _vm_id(api, target), "/gc"))
 
     body = run_with_api("gc", where, work)
     show(body, as_json, format_gc_any)
 
 
 @click.command("select", short_help="Make a VM current: debuggers on port 8700 reach it.")
-@target_argument
+@click.argument("target")
 @json_option
 @client_options
 def select(
@@ -580,32 +714,38 @@ def select(
 
 
 @click.command("stack", short_help="Show a VM's stacks: every thread (like jstack) or one.")
-@target_argument
-@click.argument("thread", required=False)
+@click.argument("words", nargs=-1, metavar="[TARGET] [THREAD]")
 @json_option
 @client_options
 def stack(
-    target: str,
-    thread: str | None,
+    words: tuple[str, ...],
     as_json: bool,
     config_file: str | None,
     control: str | None,
     device: str | None,
 ) -> None:
     """Show the stack trace of THREAD (a thread id or name from 'ddmd threads') in the VM
-    TARGET. A name may be a unique part of one ('ddmd stack mail main'). Without THREAD,
-    every thread's stack, like jstack. A plain JVM's come from its thread dump (the HotSpot
-    attach API)."""
+    TARGET, or in the current VM without TARGET. A name may be a unique part of one ('ddmd
+    stack mail main'). Without THREAD, every thread's stack, like jstack (TARGET alone: a word
+    that names no VM is a THREAD of the current VM). A plain JVM's come from its thread dump
+    (the HotSpot attach API); a VM without stack traces (Android 12+) says so."""
+    if len(words) > 2:
+        raise click.UsageError(f"give [TARGET] [THREAD], not {len(words)} words (quote a name)")
     where = daemon_address("stack", config_file, control, device)
-    if thread is None:
-        every = run_with_api("stack", where, lambda api: all_stacks(api, target))
-        show(every, as_json, format_stacks)
-        return
+    if len(words) < 2:  # every thread's stack (cli.jvm), unless the word names no VM
+        every = run_with_api("stack", where, lambda api: stacks_of(api, words, current_vm))
+        if every is not None:
+            show(every, as_json, format_stacks)
+            return
+    target, thread = (None, words[0]) if len(words) == 1 else words
 
     async def work(api: Api) -> Any:
-        return await api.call(
-            "GET", api.vm_path(target, f"/threads/{quote(thread, safe='')}/stack")
-        )
+        vm_id = await _vm_id(api, target)
+        if not thread.strip().isdigit():
+            # A name is looked up in the thread list: ask for it now, so that a VM that has
+            # none (no thread handlers) is known as such and says so once, in its words.
+            await api.call("GET", api.vm_path(vm_id, "/threads"))
+        return await api.call("GET", api.vm_path(vm_id, f"/threads/{quote(thread, safe='')}/stack"))
 
     body = run_with_api("stack", where, work)
     show(body, as_json, format_stack_any)

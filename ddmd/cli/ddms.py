@@ -15,11 +15,12 @@ Layer: imports `cli.client` (the daemon's address, the httpx client, failures an
     POST .../kill[?status=N]      {killed, status}
     GET  /api/v1/captures/NAME    the .trace / .hprof file itself
 
-Each command first looks the VM up (``GET .../vms/TARGET``) and then uses its exact id, so a
-trace stopped by Ctrl-C is stopped on the VM it was started on. Downloads are written to
-``FILE.part`` as they arrive, then renamed: a broken download never leaves a file that looks
-whole. Exit codes are `cli.client`'s: 0, 1 (the API said no, or a local file problem),
-2 (TARGET, usage), 3 (no daemon).
+Each command first looks the VM up (``GET .../vms/TARGET``, or ``GET /api/v1/current`` when
+TARGET is left out) and then uses its exact id, so a trace stopped by Ctrl-C is stopped on the
+VM it was started on. Downloads are written to ``FILE.part`` as they arrive, then renamed: a
+broken download never leaves a file that looks whole. Exit codes are `cli.client`'s table: 0,
+1 (the API said no, the feature is not available -- `allocs --status` too --, or a local file
+problem), 2 (TARGET, usage, an ``-o`` that cannot be written), 3 (no daemon).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ddmd.cli.client import (
     no_daemon,
     run_with_api,
     target_argument,
+    vm_of,
 )
 from ddmd.cli.format import print_json, size, table, vm_label
 from ddmd.cli.hprof import format_histogram, format_histogram_json
@@ -111,13 +113,10 @@ def _can_ask() -> bool:
         return False
 
 
-async def _vm(api: Api, target: str) -> dict[str, Any]:
-    """The VM's JSON (``GET /api/v1/vms/TARGET``): its exact id, name, pid, device."""
-    body = await api.call("GET", api.vm_path(target))
-    vm = body.get("vm") if isinstance(body, dict) else None
-    if not isinstance(vm, dict) or not isinstance(vm.get("id"), str):
-        raise Failure(f"the daemon's answer for {target!r} names no VM", EXIT_API_ERROR)
-    return vm
+async def _vm(api: Api, target: str | None) -> dict[str, Any]:
+    """The VM's JSON (``GET /api/v1/vms/TARGET``, the current VM's without TARGET): its exact
+    id, name, pid, device."""
+    return await vm_of(api, target)
 
 
 def _check_output(command: str, output: Path | None) -> None:
@@ -333,7 +332,7 @@ def _trace_text(stopped: dict[str, Any], dest: Path, top: int) -> tuple[str | No
 @json_option
 @client_options
 def trace(
-    target: str,
+    target: str | None,
     seconds: float | None,
     sampling_us: int | None,
     output: Path | None,
@@ -343,9 +342,9 @@ def trace(
     control: str | None,
     device: str | None,
 ) -> None:
-    """Method-trace the VM TARGET: every method entry and exit (or, with --sampling-us, a
-    sample of the stacks), for --seconds or until Ctrl-C. The trace is written as the VM sent
-    it (default APP-YYYYmmdd-HHMMSS.trace here), for Android Studio, Perfetto's UI and
+    """Method-trace the VM TARGET (or the current VM): every method entry and exit (or, with
+    --sampling-us, a sample of the stacks), for --seconds or until Ctrl-C. The trace is written as
+    the VM sent it (default APP-YYYYmmdd-HHMMSS.trace here), for Android Studio, Perfetto's UI and
     dmtracedump, and its top methods are printed ('ddmd trace-report FILE' shows them again).
     """
     _check_output("trace", output)
@@ -523,7 +522,7 @@ def format_allocations(body: Mapping[str, Any], label: str, top: int) -> str:
 @json_option
 @client_options
 def allocs(
-    target: str,
+    target: str | None,
     start: bool,
     stop: bool,
     status: bool,
@@ -534,9 +533,9 @@ def allocs(
     control: str | None,
     device: str | None,
 ) -> None:
-    """The allocation tracker of the VM TARGET (DDMS's "Allocation Tracker"): --start records
-    every allocation the app makes from now on (class, size, thread, stack), --show lists the
-    newest ones and the totals by class and by allocation site, --stop ends it."""
+    """The allocation tracker of the VM TARGET or the current VM (DDMS's "Allocation Tracker"):
+    --start records every allocation the app makes from now on (class, size, thread, stack), --show
+    lists the newest ones and the totals by class and by allocation site, --stop ends it."""
     chosen = [name for name, on in (("start", start), ("stop", stop), ("status", status)) if on]
     if show:
         chosen.append("show")
@@ -579,6 +578,7 @@ def allocs(
             name = str(vm.get("name") or vm["id"])
             # The daemon's sentence may name the VM itself; then it is said once.
             click.echo(reason if name in reason else f"{label}: {reason}")
+            raise click.exceptions.Exit(EXIT_API_ERROR)  # not available: the table's 1
         else:
             click.echo(f"allocation tracking {_tracking_words(body.get('allocs'))} for {label}")
     else:
@@ -690,7 +690,7 @@ def _histogram_text(histogram: Any, dump: Path, top: int) -> tuple[str | None, s
 @json_option
 @client_options
 def hprof(
-    target: str,
+    target: str | None,
     output: Path | None,
     convert: bool,
     top: int,
@@ -699,10 +699,10 @@ def hprof(
     control: str | None,
     device: str | None,
 ) -> None:
-    """Dump the heap of the VM TARGET (DDMS's "Dump HPROF file") to FILE (default
-    APP-YYYYmmdd-HHMMSS.hprof here) and show its class histogram. The file is Android's
-    HPROF as the VM wrote it ('ddmd hprof-summary' reads it); --convert also writes the
-    standard form other heap tools need, with the Android SDK's hprof-conv."""
+    """Dump the heap of the VM TARGET or the current VM (DDMS's "Dump HPROF file") to FILE (default
+    APP-YYYYmmdd-HHMMSS.hprof here) and show its class histogram. The file is Android's HPROF as the
+    VM wrote it ('ddmd hprof-summary' reads it); --convert also writes the standard form other heap
+    tools need, with the Android SDK's hprof-conv."""
     _check_output("hprof", output)
     where = daemon_address("hprof", config_file, control, device)
 
@@ -761,7 +761,7 @@ def hprof(
 @json_option
 @client_options
 def kill(
-    target: str,
+    target: str | None,
     exit_status: int | None,
     yes: bool,
     as_json: bool,
@@ -769,8 +769,8 @@ def kill(
     control: str | None,
     device: str | None,
 ) -> None:
-    """Stop the process of the VM TARGET at once, as if it called System.exit: unsaved work
-    of the app is lost and its debuggers are disconnected. Asks first, unless --yes."""
+    """Stop the process of the VM TARGET (or the current VM) at once, as if it called System.exit:
+    unsaved work of the app is lost and its debuggers are disconnected. Asks first, unless --yes."""
     where = daemon_address("kill", config_file, control, device)
 
     async def look_up(api: Api) -> dict[str, Any]:

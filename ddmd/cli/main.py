@@ -4,17 +4,19 @@ daemon.run()); the client commands come from `cli.client`, `cli.ports` and `cli.
 Layer: the top; imports config, errors, logs, netaddr, instance (the "already running" check)
 and the client command modules, and the daemon lazily inside `ddmd run` (`sim.demo` inside
 `ddmd demo`, `sim.cli` for `ddmd sim`). No protocol code.
-Errors become one line on stderr and an exit code:
+Errors become one line on stderr and an exit code, from the one table of every command
+(`cli.client`'s docstring, the README's "Exit codes"):
 
     0  success
-    1  failure while running (a port in use, a VM or daemon problem), or the daemon is not available
+    1  failure while running (a port in use, a VM or daemon problem)
     2  bad configuration (every problem of the file is listed, one a line), or a usage error
        (click's own code for those)
+    3  (client commands) no daemon answers at the control address
     4  `run`/`demo`: a ddmd is already running for this control address (`ddmd.instance`);
        nothing was started
 
 Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
-stack, select, ports, devices, events, and `cli.ddms`'s trace, allocs, hprof, kill) and the
+stack, select, attach, ports, devices, events, and `cli.ddms`'s trace, allocs, hprof, kill) and the
 sim/demo tools are added the same way.
 """
 
@@ -29,7 +31,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from ddmd import __version__, instance
-from ddmd.cli import client, ddms, events, ext, logcat, ports
+from ddmd.cli import client, ddms, debuggers, events, ext, logcat, ports
 from ddmd.cli.client import config_option
 from ddmd.cli.hprof import hprof_summary
 from ddmd.cli.trace import trace_report
@@ -319,3 +321,4 @@ for _command in (*COMMANDS, *FILE_COMMANDS):
     main.add_command(_command)
 # A client command too; not in COMMANDS while tests/control/test_cli_client.py pins that list.
 main.add_command(logcat.logcat)
+main.add_command(debuggers.attach)  # `ddmd attach`: jdb's line, Android Studio's settings

@@ -4,8 +4,9 @@ time, by inclusive and by exclusive time, with call counts, for all threads and 
 
 Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser) and ``cli.format``/``cli.client``
 (tables, JSON, the one-line failure). It reads the file itself, in blocks, and needs no
-daemon. Exit codes: 0 success; 2 the file cannot be read, or is not a method trace ddmd can
-read (one line on stderr saying why).
+daemon. Exit codes (`cli.client`'s table): 0 success; 1 the file cannot be read, or is not a
+method trace ddmd can read (one line on stderr saying why), as `hprof-summary` says of a heap
+dump; 2 usage.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ddmd.protocol.trace.report import report_json
 
 __all__ = ["EXIT_BAD_FILE", "format_report", "load_profile", "report_json", "trace_report"]
 
-EXIT_BAD_FILE = 2
+EXIT_BAD_FILE = 1  # work that failed, as every unreadable file (cli.client)
 _BLOCK = 1 << 20
 _CLOCK_WORDS = {"wall": "wall-clock", "thread-cpu": "thread-CPU"}
 

@@ -10,7 +10,8 @@ token checks are `control.safety`'s middleware.
 Routes (all JSON; VM ids of adb VMs contain a "/" such as "SERIAL/1234", hence `{target:path}`
 and the sub-resource routes listed before the bare VM route)::
 
-    GET  /api/v1/health                             {status, version, vms, pid[, adb]}
+    GET  /api/v1/health                             {status, version, vms, pid[, current_port,
+                                                    adb: {enabled, config[, server, connected]}]}
     GET  /api/v1/vms                                [VmSnapshot.to_json(), ...]
     GET  /api/v1/devices                            [{serial, state, model, product, vms}, ...]
     GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
@@ -235,7 +236,14 @@ class _Api:
             "vms": len(self._registry),
             "pid": os.getpid(),
         }
-        return JSONResponse({**body, **self.health_extra})
+        extra = dict(self.health_extra)
+        if self._registry.current_port is not None:
+            body["current_port"] = self._registry.current_port  # where debuggers reach it
+        adb = extra.get("adb")
+        reached = self._registry.adb_server()  # {server, connected} once it was tried
+        if isinstance(adb, Mapping) and reached is not None:
+            extra["adb"] = {**adb, **reached}
+        return JSONResponse({**body, **extra})
 
     async def vms(self, request: Request) -> Response:
         return JSONResponse(

@@ -76,6 +76,8 @@ class DeviceTable(Protocol):
 
     def remove_device(self, serial: str) -> None: ...
 
+    def set_adb_server(self, address: str, *, connected: bool) -> None: ...
+
 
 @dataclass(slots=True)
 class _Device:
@@ -166,9 +168,11 @@ class AdbDiscovery:
                     reason = f"internal error: {type(exc).__name__}: {exc}"
                     log.error(Event.ADB_LOST, server=self.server, reason=reason, exc_info=exc)
                 if not connected:
+                    self._server_reached(False)
                     failures += 1
                     await trio.sleep(backoff(failures, RETRY_FIRST, RETRY_MAX))
                     continue
+                self._server_reached(False)
                 await self._forget_all(send, f"the adb server went away: {reason}")
                 self._outage_logged = False
                 self._start_tried = False
@@ -208,7 +212,13 @@ class AdbDiscovery:
             log.debug(Event.ADB_UNAVAILABLE, server=self.server, reason=problem)
         return None
 
+    def _server_reached(self, connected: bool) -> None:
+        """Tell the device table whether the server answers (`ddmd devices` says which)."""
+        if self._table is not None:
+            self._table.set_adb_server(self.server, connected=connected)
+
     def _connected(self, version: int) -> int:
+        self._server_reached(True)
         self._outage_logged = False
         self._start_tried = False
         self.server_version = version

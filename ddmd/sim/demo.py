@@ -116,6 +116,9 @@ def hint_lines(config: Config, current_port: int) -> list[str]:
         f"ddmd heap {MAIL}{option} --segments",
         f"ddmd stack {MAIL} 1{option}",
         f"ddmd gc {MAIL}{option}",
+        f"ddmd attach {MAIL}{option}",
+        # Three VMs and none selected: the current-VM port turns a debugger away until then.
+        f"# port {current_port}: no current VM \u2014 'ddmd select TARGET', e.g.:",
         f"ddmd select {MAIL}{option}",
         f"jdb -attach localhost:{current_port}",
     ]

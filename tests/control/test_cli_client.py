@@ -186,7 +186,7 @@ def test_threads_json(api):
 
 def test_threads_not_available(api):
     result = invoke(threads, "4242")
-    assert result.exit_code == 0
+    assert result.exit_code == EXIT_API_ERROR  # not available: the exit-code table's 1
     assert "not available" in result.stdout
 
 
@@ -287,7 +287,7 @@ def test_heap_of_a_vm_without_heap_information_says_why(api):
         unsupported_reasons=(("HPIF", "Android 12 removed the heap handlers"),),
     )
     result = invoke(heap, "emulator-5554/1234")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == EXIT_API_ERROR, result.output  # not available
     assert result.stdout.splitlines()[1] == (
         "not available: com.example.app does not report heap information "
         "(Android 12 removed the heap handlers)"
@@ -297,7 +297,7 @@ def test_heap_of_a_vm_without_heap_information_says_why(api):
 
 def test_heap_without_ddm(api):
     result = invoke(heap, "4242")
-    assert result.exit_code == 0
+    assert result.exit_code == EXIT_API_ERROR  # not available
     assert result.stdout.splitlines() == [
         "heap of VM JVM pid 4242 (tcp:8000, pid 4242):",
         "not available: JVM pid 4242 does not speak DDM (a plain JVM has none)",
@@ -396,10 +396,10 @@ def test_stack_thread_name_with_a_slash(api):
     assert result.stdout.startswith("thread 1 (pool/worker 1) of VM ")
 
 
-def test_stack_thread_name_needs_a_thread_list(api):
+def test_stack_of_a_plain_jvm_says_it_has_no_stack_traces(api):
     result = invoke(stack, "tcp:8000", "main")
     assert result.exit_code == EXIT_API_ERROR
-    assert "does not report its threads" in result.stderr
+    assert "so it has no stack traces" in result.stderr  # not "give a thread id"
 
 
 @pytest.mark.parametrize(

@@ -162,11 +162,11 @@ def test_hand_built_trace_notes_unmatched_exits_and_open_calls(runner, tmp_path)
         (traces.build(3, "dual").replace(b"SLOW", b"WOLS"), "magic"),
     ],
 )
-def test_bad_file_is_one_line_and_exit_2(runner, tmp_path, content, words):
+def test_bad_file_is_one_line_and_exit_1(runner, tmp_path, content, words):
     path = tmp_path / "bad.trace"
     path.write_bytes(content)
     result = runner.invoke(main, ["trace-report", str(path)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # as hprof-summary: the exit-code table's 1
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1
@@ -176,7 +176,7 @@ def test_bad_file_is_one_line_and_exit_2(runner, tmp_path, content, words):
 
 def test_missing_file(runner, tmp_path):
     result = runner.invoke(main, ["trace-report", str(tmp_path / "nope.trace")])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert result.stderr.strip() == (
         f"ddmd trace-report: cannot read {tmp_path / 'nope.trace'}: No such file or directory"
     )

@@ -58,6 +58,7 @@
     gcRunning: false,
     shownGone: false,
     vmSignature: "",
+    currentPort: null, // the current-VM port as the daemon bound it (GET /health)
   };
 
   class ApiError extends Error {
@@ -370,7 +371,7 @@
 
   function renderVms() {
     const vms = [...state.vms].sort((a, b) => vmName(a).localeCompare(vmName(b)) || a.id.localeCompare(b.id));
-    const signature = JSON.stringify([state.shown, vms.map((vm) => VM_FIELDS.map((f) => vm[f]))]);
+    const signature = JSON.stringify([state.shown, state.currentPort, vms.map((vm) => VM_FIELDS.map((f) => vm[f]))]);
     if (signature === state.vmSignature) return;
     state.vmSignature = signature;
     const tbody = $("vms").tBodies[0];
@@ -406,6 +407,13 @@
         nameCell.appendChild(el("div", { cls: "muted small", text: vm.package }));
       }
       if (vm.vm_ident) nameCell.appendChild(el("div", { cls: "muted small", text: vm.vm_ident }));
+      if (vm.debugger_port !== null && vm.debugger_port !== undefined) {
+        // Its own port: a debugger there always reaches this VM, current or not.
+        nameCell.appendChild(el("div", {
+          cls: "muted small mono attach-hint",
+          text: `attach your debugger to localhost:${vm.debugger_port}`,
+        }));
+      }
       tr.appendChild(nameCell);
 
       tr.appendChild(el("td", { cls: "num", text: vm.pid ?? "—" }));
@@ -431,7 +439,25 @@
     tbody.replaceChildren(rows);
     show($("vms-empty"), vms.length === 0);
     show($("vms"), vms.length > 0);
+    renderNoCurrent(vms.length > 0 && !vms.some((vm) => vm.current));
     setText($("vm-count"), vms.length === 1 ? "1 VM" : `${vms.length} VMs`);
+  }
+
+  // VMs, and none current: a debugger on the current-VM port would be turned away, so say so.
+  function renderNoCurrent(visible) {
+    let notice = $("no-current");
+    if (!notice) {
+      notice = el("p", { cls: "empty no-current" });
+      notice.id = "no-current";
+      $("vms").after(notice);
+    }
+    const where = state.currentPort !== null ? `port ${state.currentPort}` : "the current-VM port";
+    notice.replaceChildren(
+      document.createTextNode(`${where}: no current VM \u2014 `),
+      el("code", { text: "ddmd select TARGET" }),
+      document.createTextNode(" (or press Make current)"),
+    );
+    show(notice, visible);
   }
 
   async function selectVm(id, button) {
@@ -1994,6 +2020,8 @@
     try {
       const health = await apiJson("/health");
       setText($("version"), health.version ? `v${health.version}` : "");
+      state.currentPort = Number.isInteger(health.current_port) ? health.current_port : null;
+      renderVms();
     } catch (_) {
       /* shown by the VM list refresh */
     }
