@@ -52,7 +52,9 @@ class LogcatSettings:
     keep: bool = False
     idle_stop: float = 30.0
     stall: float = 10.0  # a partial entry that gets no more bytes for this long: reopened
-    viewer_lines: int = 100_000  # lines that may wait for one viewer before it loses some
+    # Lines that may wait for one viewer before it loses some: 12.5 s of a device logging
+    # 20,000 lines a second. The lines are shared by all viewers; a slow one holds them longer.
+    viewer_lines: int = 250_000
 
 
 @dataclass(eq=False)
