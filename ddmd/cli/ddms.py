@@ -58,7 +58,14 @@ from ddmd.cli.client import (
 )
 from ddmd.cli.format import print_json, size, table, vm_label
 from ddmd.cli.hprof import format_histogram, format_histogram_json
-from ddmd.cli.trace import format_report, load_profile, report_json
+from ddmd.cli.progress import Transfer, countdown, terminal, ticking
+from ddmd.cli.trace import (
+    format_report,
+    load_profile,
+    per_thread_option,
+    report_json,
+    verbose_option,
+)
 from ddmd.protocol.hprof import HprofFormatError, summarise_file
 from ddmd.protocol.hprofwire import java_class_name
 from ddmd.protocol.trace import TraceFormatError
@@ -117,6 +124,51 @@ async def _vm(api: Api, target: str | None) -> dict[str, Any]:
     """The VM's JSON (``GET /api/v1/vms/TARGET``, the current VM's without TARGET): its exact
     id, name, pid, device."""
     return await vm_of(api, target)
+
+
+async def _kind(api: Api, vm: Mapping[str, Any]) -> str:
+    """What the client is: "VM", or what the daemon's list says of a DDM client that is not a
+    VM ("system monitor"). A list that cannot be read counts as "VM": the daemon decides then."""
+    if isinstance(vm.get("kind"), str):
+        return str(vm["kind"])
+    if vm.get("ddm") is False or str(vm.get("vm_ident") or "").startswith("Dalvik v"):
+        return "VM"  # a plain JVM; an Android VM
+    try:
+        listed = await api.call("GET", f"{API}/vms")
+    except Failure:
+        return "VM"
+    for other in listed if isinstance(listed, list) else []:
+        if isinstance(other, dict) and other.get("id") == vm.get("id"):
+            return str(other.get("kind") or "VM")
+    return "VM"
+
+
+#: What a DDM client that is not a VM does not have, by command.
+_NOT_A_VM = {
+    "allocs": "it has no allocations to track",
+    "hprof": "it has no heap to dump",
+    "kill": "ddmd does not stop it (stop it where it runs)",
+}
+
+
+async def _only_a_vm(api: Api, vm: Mapping[str, Any], command: str) -> None:
+    """Refuse a DDM client that is not a VM (``ddmd sysmon``), in its own words (exit 1)."""
+    kind = await _kind(api, vm)
+    if kind != "VM":
+        name = str(vm.get("name") or vm.get("id"))
+        who = f"the {kind} is not a VM" if name == kind else f"{name} is a {kind}, not a VM"
+        raise Failure(f"{who}: {_NOT_A_VM[command]}", EXIT_API_ERROR)
+
+
+async def _refuse_unless_offered(api: Api, vm: Mapping[str, Any], feature: str) -> None:
+    """Ask what the VM offers (``GET .../profiling``) and refuse, with the daemon's sentence,
+    before the work is announced: a refusal never follows a "dumping..." line."""
+    body = await api.call("GET", api.vm_path(str(vm["id"]), "/profiling"))
+    features = body.get("features") if isinstance(body, dict) else None
+    offer = features.get(feature) if isinstance(features, dict) else None
+    if isinstance(offer, dict) and offer.get("available") is False:
+        reason = offer.get("reason") or f"{vm.get('name') or vm['id']} does not offer it"
+        raise Failure(str(reason), EXIT_API_ERROR)
 
 
 def _check_output(command: str, output: Path | None) -> None:
@@ -205,10 +257,15 @@ async def _download(api: Api, path: str, dest: Path, expected: int | None) -> in
                 raise Failure(
                     f"cannot write {part}: {exc.strerror or exc}", EXIT_API_ERROR
                 ) from None
+            progress = Transfer(f"downloading {dest.name}", expected, terminal())
             async with handle:
-                async for piece in response.aiter_bytes():
-                    await handle.write(piece)
-                    written += len(piece)
+                try:
+                    async for piece in response.aiter_bytes():
+                        await handle.write(piece)
+                        written += len(piece)
+                        progress.update(written)
+                finally:
+                    progress.finish()
         if expected is not None and written != expected:
             raise Failure(
                 f"the download of {path} ended after {written} of {expected} bytes",
@@ -251,13 +308,14 @@ def _with_path(body: Any, **paths: Path) -> dict[str, Any]:
 
 
 async def _wait_for_the_end(seconds: float | None) -> None:
-    """Sleep ``seconds``, or until Ctrl-C (KeyboardInterrupt) when None."""
+    """Sleep ``seconds`` (on a terminal counting down the seconds left), or until Ctrl-C
+    (KeyboardInterrupt) when None."""
     import trio
 
     if seconds is None:
         await trio.sleep_forever()
     else:
-        await trio.sleep(seconds)
+        await countdown("tracing", seconds, terminal())
 
 
 def _trimmed_report(report: Any, top: int, file: str) -> dict[str, Any] | None:
@@ -289,12 +347,14 @@ def _trimmed_report(report: Any, top: int, file: str) -> dict[str, Any] | None:
         return None
 
 
-def _trace_text(stopped: dict[str, Any], dest: Path, top: int) -> tuple[str | None, str | None]:
+def _trace_text(
+    stopped: dict[str, Any], dest: Path, top: int, per_thread: bool = False, verbose: bool = False
+) -> tuple[str | None, str | None]:
     """(the report, None), or (None, why it cannot be shown)."""
     body = _trimmed_report(stopped.get("report"), top, str(dest))
     if body is not None:
         try:
-            return format_report(body), None
+            return format_report(body, per_thread=per_thread, verbose=verbose), None
         except (KeyError, TypeError, IndexError):
             pass
     try:
@@ -303,7 +363,8 @@ def _trace_text(stopped: dict[str, Any], dest: Path, top: int) -> tuple[str | No
         return None, f"cannot read {dest}: {exc.strerror or exc}"
     except TraceFormatError as exc:
         return None, f"{dest}: {exc}"
-    return format_report(report_json(profile, top=top, file=str(dest))), None
+    report = report_json(profile, top=top, file=str(dest))
+    return format_report(report, per_thread=per_thread, verbose=verbose), None
 
 
 @click.command("trace", short_help="Method-trace a VM for N seconds or until Ctrl-C.")
@@ -329,6 +390,8 @@ def _trace_text(stopped: dict[str, Any], dest: Path, top: int) -> tuple[str | No
     show_default=True,
     help="How many methods each table lists (0: all).",
 )
+@per_thread_option
+@verbose_option
 @json_option
 @client_options
 def trace(
@@ -337,6 +400,8 @@ def trace(
     sampling_us: int | None,
     output: Path | None,
     top: int,
+    per_thread: bool,
+    verbose: bool,
     as_json: bool,
     config_file: str | None,
     control: str | None,
@@ -361,9 +426,13 @@ def trace(
         # A second Ctrl-C must not leave the VM tracing: the stop request is protected.
         @trio.lowlevel.enable_ki_protection
         async def stop() -> Any:
-            return await api.call(
-                "POST", api.vm_path(vm["id"], "/trace/stop"), read_timeout=STOP_READ_TIMEOUT
-            )
+            path = api.vm_path(vm["id"], "/trace/stop")
+            tty = terminal()
+            if tty is None:
+                return await api.call("POST", path, read_timeout=STOP_READ_TIMEOUT)
+            # A trace pulled from the device can take long: the time it has taken, on a tty.
+            async with ticking("stopping the trace", tty):
+                return await api.call("POST", path, read_timeout=STOP_READ_TIMEOUT)
 
         # Ctrl-C can come at any moment, even before the wait begins: every moment after
         # the start request was sent is covered, and the trace is stopped on the way out.
@@ -398,7 +467,7 @@ def trace(
         print_json(_with_path(stopped, path=dest))
         return
     click.echo(_wrote(dest, written))
-    text, problem = _trace_text(stopped, dest, top)
+    text, problem = _trace_text(stopped, dest, top, per_thread, verbose)
     if text is not None:
         click.echo("")
         click.echo(text)
@@ -459,8 +528,39 @@ def _tracking_words(enabled: object) -> str:
     return "is on" if enabled else "is off"
 
 
-def format_allocations(body: Mapping[str, Any], label: str, top: int) -> str:
-    """``ddmd allocs --show``: the newest allocations, then the totals by class and by site."""
+def thread_names(vm: Mapping[str, Any], threads: object) -> dict[int, str]:
+    """REAL's thread number -> the thread's name, from the VM's thread list. Dalvik sends the
+    VM thread id (THCR's), ART the low 16 bits of the Linux tid (protocol.md 3.4)."""
+    ident = str(vm.get("vm_ident") or "")
+    dalvik = ident.startswith("Dalvik v1.")
+    names: dict[int, str] = {}
+    for t in threads if isinstance(threads, list) else []:
+        if not isinstance(t, dict) or not t.get("name"):
+            continue
+        key = t.get("id") if dalvik else t.get("tid")
+        if isinstance(key, int):
+            names.setdefault(key if dalvik else key & 0xFFFF, str(t["name"]))
+    return names
+
+
+def _thread_cell(number: object, names: Mapping[int, str], verbose: bool) -> object:
+    name = names.get(number) if isinstance(number, int) else None
+    if name is None:
+        return number
+    return f"{name} ({number})" if verbose else name
+
+
+def format_allocations(
+    body: Mapping[str, Any],
+    label: str,
+    top: int,
+    *,
+    threads: Mapping[int, str] | None = None,
+    verbose: bool = False,
+) -> str:
+    """``ddmd allocs --show``: the newest allocations, then the totals by class and by site.
+    ``threads`` names the allocating threads (`thread_names`); ``verbose`` adds their numbers."""
+    names = threads or {}
     allocations = list(body.get("allocations") or [])
     lines = [f"allocation tracking {_tracking_words(body.get('enabled'))} for {label}"]
     if not allocations:
@@ -482,7 +582,7 @@ def format_allocations(body: Mapping[str, Any], label: str, top: int) -> str:
             [
                 f"{entry.get('size', 0):,}",
                 java_name(entry.get("class", "?")),
-                entry.get("thread"),
+                _thread_cell(entry.get("thread"), names, verbose),
                 _frame_text(frames[0]) if frames else "(no Java frames)",
             ]
         )
@@ -519,6 +619,7 @@ def format_allocations(body: Mapping[str, Any], label: str, top: int) -> str:
     show_default=True,
     help="How many allocations, classes and sites to list (0: all).",
 )
+@click.option("-v", "--verbose", is_flag=True, help="Give each thread's number beside its name.")
 @json_option
 @client_options
 def allocs(
@@ -528,6 +629,7 @@ def allocs(
     status: bool,
     show: bool,
     top: int,
+    verbose: bool,
     as_json: bool,
     config_file: str | None,
     control: str | None,
@@ -545,9 +647,11 @@ def allocs(
         )
     action = chosen[0] if chosen else "show"
     where = daemon_address("allocs", config_file, control, device)
+    names: dict[int, str] = {}  # the allocating threads' names, for --show
 
     async def work(api: Api) -> tuple[dict[str, Any], Any]:
         vm = await _vm(api, target)
+        await _only_a_vm(api, vm, "allocs")
         if action in ("start", "stop"):
             return vm, await api.call("POST", api.vm_path(vm["id"], f"/allocs/{action}"))
         if action == "status":
@@ -561,7 +665,15 @@ def allocs(
                 body = {**body, "allocs": listed.get("enabled")}
             return vm, body
         rows = str(top) if top else str(ALL_ROWS)
-        return vm, await api.call("GET", api.vm_path(vm["id"], "/allocs"), params={"top": rows})
+        body = await api.call("GET", api.vm_path(vm["id"], "/allocs"), params={"top": rows})
+        if not as_json and isinstance(body, dict) and body.get("allocations"):
+            try:
+                listed = await api.call("GET", api.vm_path(vm["id"], "/threads"))
+            except Failure:
+                listed = None  # no thread list (no thread handlers): numbers, then
+            if isinstance(listed, dict):
+                names.update(thread_names(vm, listed.get("threads")))
+        return vm, body
 
     vm, body = run_with_api("allocs", where, work)
     if as_json:
@@ -582,7 +694,7 @@ def allocs(
         else:
             click.echo(f"allocation tracking {_tracking_words(body.get('allocs'))} for {label}")
     else:
-        click.echo(format_allocations(body, label, top))
+        click.echo(format_allocations(body, label, top, threads=names, verbose=verbose))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -708,10 +820,13 @@ def hprof(
 
     async def work(api: Api) -> tuple[dict[str, Any], Path, int]:
         vm = await _vm(api, target)
-        click.echo(f"dumping the heap of {vm_label(vm)}...", err=True)
-        dumped = await api.call(
-            "POST", api.vm_path(vm["id"], "/hprof"), read_timeout=HPROF_READ_TIMEOUT
-        )
+        await _only_a_vm(api, vm, "hprof")
+        await _refuse_unless_offered(api, vm, "hprof")
+        # A big heap over adb takes minutes: on a terminal the time it has taken so far.
+        async with ticking(f"dumping the heap of {vm_label(vm)}", terminal()):
+            dumped = await api.call(
+                "POST", api.vm_path(vm["id"], "/hprof"), read_timeout=HPROF_READ_TIMEOUT
+            )
         if not isinstance(dumped, dict) or not dumped.get("file"):
             raise Failure("the daemon's answer names no heap dump file", EXIT_API_ERROR)
         dest, written = await _fetch_capture(api, dumped, output, "vm.hprof", "dump")
@@ -774,7 +889,9 @@ def kill(
     where = daemon_address("kill", config_file, control, device)
 
     async def look_up(api: Api) -> dict[str, Any]:
-        return await _vm(api, target)
+        vm = await _vm(api, target)
+        await _only_a_vm(api, vm, "kill")
+        return vm
 
     vm = run_with_api("kill", where, look_up)
     name = vm.get("name") or vm.get("app") or vm.get("package") or vm["id"]

@@ -1,8 +1,15 @@
 """Human output of the client commands: tables, labels, one-line events, JSON printing.
 
+What a person reads is in words (`cli.words`): heap kinds as the web page names them, thread
+states in one vocabulary, CPU times in seconds, debuggers by their program, a JVM by its short
+name; details for experts (segment units and runs, fragmentation, a debugger's address, the
+whole JDWP banner) only with ``verbose``. ``--json`` (`print_json`) prints the daemon's JSON with
+its times in ISO 8601 and heap-info reasons named (`cli.words.json_words`).
+
 Layer: pure functions over the daemon's JSON (plain dicts and lists); imports click (for
-`print_json` and `show`) and, lazily, `ports.parse_time`. No HTTP, no trio: every function
-here can be tested with a dict. Used by `cli.client`, `cli.ports` and `cli.events`.
+`print_json` and `show`), `cli.words` and, lazily, `portbook.parse_time`. No HTTP, no trio:
+every function here can be tested with a dict. Used by `cli.client`, `cli.ports` and
+`cli.events`.
 """
 
 from __future__ import annotations
@@ -13,6 +20,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
+
+from ddmd.cli.words import (
+    cpu_time,
+    debugger_words,
+    heap_info_reason,
+    heap_kind,
+    json_words,
+    short_vm_name,
+    thread_state,
+)
 
 __all__ = [
     "adb_off_message",
@@ -69,8 +86,11 @@ def size(n: int | None) -> str:
 _MAX_VM_NAME = 60
 
 
-def _vm_name(vm: dict[str, Any]) -> str | None:
-    """vm_ident, else one line of a JDWP version description (it has three)."""
+def _vm_name(vm: dict[str, Any], *, verbose: bool = False) -> str | None:
+    """The short name (`short_vm_name`: ``OpenJDK 17.0.15``, ``ART``); with ``verbose``
+    vm_ident, else the JVM line of a JDWP version description (it has three)."""
+    if not verbose:
+        return short_vm_name(vm)
     if vm.get("vm_ident"):
         return str(vm["vm_ident"])
     lines = [line.strip() for line in str(vm.get("description") or "").splitlines()]
@@ -79,6 +99,32 @@ def _vm_name(vm: dict[str, Any]) -> str | None:
         return None
     name = next((line for line in lines if line.startswith("JVM version")), lines[0])
     return name if len(name) <= _MAX_VM_NAME else name[: _MAX_VM_NAME - 3] + "..."
+
+
+def _is_vm(vm: dict[str, Any]) -> bool:
+    """False for a DDM client that is not a VM (``kind``, e.g. "system monitor")."""
+    return bool(vm.get("kind", "VM") == "VM")
+
+
+def _sort_key(vm: dict[str, Any]) -> tuple[object, ...]:
+    """Local VMs first, then by device; by name (case ignored), pid and id within each."""
+    name = str(vm.get("name") or vm.get("app") or vm.get("package") or vm.get("id") or "")
+    pid = vm.get("pid")
+    return (
+        vm.get("device") is not None,
+        str(vm.get("device") or ""),
+        name.casefold(),
+        pid if isinstance(pid, int) else -1,
+        str(vm.get("id")),
+    )
+
+
+def _debuggers_cell(vm: dict[str, Any]) -> str | None:
+    """Who debugs the VM: each attached debugger's program (``jdb pid 1234``)."""
+    attached = vm.get("debuggers") or []
+    if attached:
+        return ", ".join(debugger_words(d) for d in attached)
+    return "yes" if vm.get("debugger") else None
 
 
 def vm_label(vm: dict[str, Any]) -> str:
@@ -107,52 +153,56 @@ def _missing(vm: dict[str, Any], feature: str) -> str | None:
     return None
 
 
-def format_clients(vms: list[dict[str, Any]]) -> str:
+def format_clients(vms: list[dict[str, Any]], *, verbose: bool = False) -> str:
+    """The VMs, sorted (`_sort_key`). A DDM client that is not a VM (``ddmd sysmon``) has no
+    debugger port and cannot be current: those cells stay empty. ``verbose``: the whole VM
+    name and each debugger's address."""
     if not vms:
         return "no VMs are known to the daemon"
+    vms = sorted(vms, key=_sort_key)
     rows = [
         (
             vm["id"],
             vm.get("pid"),
             _app_column(vm),
-            _vm_name(vm),
+            _vm_name(vm, verbose=verbose),
             yes_no(vm.get("ddm")),
             "yes" if vm.get("waiting_for_debugger") else "",
             vm.get("threads"),
-            vm.get("debugger_port"),
-            vm.get("debugger"),
-            "*" if vm.get("current") else "",
+            vm.get("debugger_port") if _is_vm(vm) else "",
+            _debuggers_cell(vm),
+            "*" if vm.get("current") and _is_vm(vm) else "",
         )
         for vm in vms
     ]
     headers = ("ID", "PID", "APP/PACKAGE", "VM", "DDM", "WAIT", "THREADS", "PORT", "DEBUGGER")
-    if any(vm.get("kind", "VM") != "VM" for vm in vms):
+    if not all(_is_vm(vm) for vm in vms):
         # Clients that are not VMs (ddmd.client, e.g. `ddmd sysmon`) say what they are.
         kinds = [(*row, vm.get("kind", "VM")) for row, vm in zip(rows, vms, strict=True)]
-        return _with_debuggers(table((*headers, "CURRENT", "KIND"), kinds), vms)
-    return _with_debuggers(table((*headers, "CURRENT"), rows), vms)
+        return _with_debuggers(table((*headers, "CURRENT", "KIND"), kinds), vms, verbose)
+    return _with_debuggers(table((*headers, "CURRENT"), rows), vms, verbose)
 
 
-def _with_debuggers(text: str, vms: list[dict[str, Any]]) -> str:
+def _with_debuggers(text: str, vms: list[dict[str, Any]], verbose: bool = False) -> str:
     attached = [(vm, d) for vm in vms for d in vm.get("debuggers") or ()]
     if attached:
-        text += "\n\ndebuggers attached:\n" + table(
-            ("VM", "TOOL", "PEER", "VIA", "PORT", "SINCE", "CMDS", "REPLIES+EVENTS", "SUSPENSIONS"),
-            [
-                (
-                    vm["id"],
-                    (d.get("tool") or "") + ("" if d.get("debugging", True) else " (DDM only)"),
-                    d.get("peer"),
-                    d.get("via"),
-                    d.get("port"),
-                    _clock(d.get("since")),
-                    d.get("packets_in"),
-                    d.get("packets_out"),
-                    d.get("suspensions"),
-                )
-                for vm, d in attached
-            ],
-        )
+        headers = ("VM", "DEBUGGER", "VIA", "PORT", "SINCE", "CMDS", "REPLIES+EVENTS")
+        rows = [
+            (
+                vm["id"],
+                debugger_words(d),
+                d.get("via"),
+                d.get("port"),
+                _clock(d.get("since")),
+                d.get("packets_in"),
+                d.get("packets_out"),
+                d.get("suspensions"),
+                *((d.get("peer"),) if verbose else ()),
+            )
+            for vm, d in attached
+        ]
+        more = ("SUSPENSIONS", "PEER") if verbose else ("SUSPENSIONS",)
+        text += "\n\ndebuggers attached:\n" + table((*headers, *more), rows)
     return text
 
 
@@ -173,7 +223,9 @@ def format_devices(devices: list[dict[str, Any]]) -> str:
     return table(("SERIAL", "STATE", "MODEL", "VMS"), rows)
 
 
-def format_threads(body: dict[str, Any]) -> str:
+def format_threads(body: dict[str, Any], *, verbose: bool = False) -> str:
+    """The thread table: states in one vocabulary (`cli.words.thread_state`), CPU times in
+    seconds; ``verbose`` adds THST's raw status value and the ticks."""
     vm, threads = body["vm"], body.get("threads")
     head = f"threads of VM {vm_label(vm)}"
     if threads is None:
@@ -183,28 +235,78 @@ def format_threads(body: dict[str, Any]) -> str:
         (
             t["id"],
             t.get("tid"),
-            t.get("state") or (None if t.get("status") is None else f"status {t['status']}"),
-            t.get("utime"),
-            t.get("stime"),
+            _state(t, verbose),
+            _cpu(t.get("utime"), verbose),
+            _cpu(t.get("stime"), verbose),
             "" if t.get("daemon") is None else ("daemon" if t["daemon"] else ""),
             t.get("name"),
         )
         for t in threads
     ]
-    lines = [f"{head}:", table(("ID", "TID", "STATE", "UTIME", "STIME", "DAEMON", "NAME"), rows)]
+    headers = ("ID", "TID", "STATE", "USER CPU", "SYSTEM CPU", "DAEMON", "NAME")
+    lines = [f"{head}:", table(headers, rows)]
     if not body.get("supported", True):
         why = _missing(vm, "THST") or "the VM does not report thread states"
         lines.append(f"(thread names only: {why})")
     return "\n".join(lines)
 
 
+def _state(thread: dict[str, Any], verbose: bool) -> str | None:
+    state = thread_state(thread.get("state"))
+    status = thread.get("status")
+    if state is None:
+        return None if status is None else f"status {status}"
+    return f"{state} ({status})" if verbose and status is not None else state
+
+
+def _cpu(ticks: object, verbose: bool) -> str | None:
+    text = cpu_time(ticks)
+    return f"{text} ({ticks} ticks)" if verbose and text is not None else text
+
+
 def _by(mapping: dict[str, int] | None) -> str:
     if not mapping:
         return "-"
-    return ", ".join(f"{name} {size(n)}" for name, n in mapping.items())
+    return ", ".join(f"{heap_kind(name)} {size(n)}" for name, n in mapping.items())
 
 
-def format_heap(body: dict[str, Any]) -> str:
+def _reported(heaps: list[dict[str, Any]]) -> str | None:
+    """When and why the VM sent the heap figures: "reported at 12:01:02, after a GC"."""
+    said = []
+    for h in heaps:
+        stamp = h.get("timestamp_ms")
+        clock = _clock(stamp / 1000) if isinstance(stamp, int | float) and stamp else None
+        reason = heap_info_reason(h.get("reason"), human=True)
+        parts = [f"at {clock}" if clock else None, reason if isinstance(reason, str) else None]
+        text = ", ".join(p for p in parts if p)
+        if text and text not in said:
+            said.append(text)
+    return "reported " + "; ".join(said) if said else None
+
+
+def _free_space(s: dict[str, Any], verbose: bool) -> str:
+    """The free space in words, so that a high fragmentation on a healthy heap does not alarm."""
+    runs = s.get("free_run_count")
+    line = (
+        f"  free: {size(s.get('bytes_free'))} in {runs} runs between objects, the largest "
+        f"{size(s.get('largest_free_run'))}"
+    )
+    if runs and runs > 1:
+        line += (
+            " (many small runs are usual between collections; they matter only when an "
+            "object larger than the largest run cannot be allocated)"
+        )
+    if verbose:
+        line += (
+            f"; fragmentation {100 * float(s.get('fragmentation') or 0.0):.1f} % "
+            "(the share of free bytes outside the largest run)"
+        )
+    return line
+
+
+def format_heap(body: dict[str, Any], *, verbose: bool = False) -> str:
+    """Heap sizes, and each segment dump's summary; ``verbose`` adds fragmentation and every
+    segment's units and runs."""
     vm = body["vm"]
     lines = [f"heap of VM {vm_label(vm)}:"]
     heaps = body.get("heaps") or []
@@ -238,6 +340,9 @@ def format_heap(body: dict[str, Any]) -> str:
             for h in heaps
         ]
         lines.append(table(("HEAP", "MAX", "SIZE", "ALLOCATED", "OBJECTS"), rows))
+        reported = _reported(heaps)
+        if reported:
+            lines.append(f"  {reported}")
     for image in images:
         s = image["summary"]
         kind = "native heap" if image.get("native") else "heap"
@@ -246,25 +351,29 @@ def format_heap(body: dict[str, Any]) -> str:
         lines.append(f"{kind} {image['heap_id']} segments{state}:")
         lines.append(
             table(
-                ("USED", "FREE", "LARGEST FREE", "FREE RUNS", "FRAGMENTATION", "OBJECTS"),
+                ("USED", "FREE", "LARGEST FREE", "FREE RUNS", "OBJECTS"),
                 [
                     (
                         size(s.get("bytes_used")),
                         size(s.get("bytes_free")),
                         size(s.get("largest_free_run")),
                         s.get("free_run_count"),
-                        f"{100 * float(s.get('fragmentation') or 0.0):.1f} %",
                         s.get("object_count"),
                     )
                 ],
             )
         )
-        lines.append(f"  by kind: {_by(s.get('bytes_by_kind'))}")
-        lines.extend(
-            f"  segment 0x{seg['address']:08x}-0x{seg['end']:08x}: {seg['units']} units "
-            f"of {seg['unit_size']} B, {len(seg.get('runs') or [])} runs"
-            for seg in image.get("segments") or []
-        )
+        lines.append(f"  used by kind: {_by(s.get('bytes_by_kind'))}")
+        lines.append(_free_space(s, verbose))
+        segments = image.get("segments") or []
+        if verbose:
+            lines.extend(
+                f"  segment 0x{seg['address']:08x}-0x{seg['end']:08x}: {seg['units']} units "
+                f"of {seg['unit_size']} B, {len(seg.get('runs') or [])} runs"
+                for seg in segments
+            )
+        elif segments:
+            lines.append(f"  {len(segments)} segments (--json gives their units and runs)")
         lines.extend(f"  problem: {p['message']}" for p in image.get("problems") or [])
     return "\n".join(lines)
 
@@ -322,6 +431,8 @@ def format_stack(body: dict[str, Any]) -> str:
 
 
 def print_json(data: Any, *, compact: bool = False) -> None:
+    """``data`` as JSON, its times in ISO 8601 and heap-info reasons named (`json_words`)."""
+    data = json_words(data)
     if compact:
         click.echo(json.dumps(data, separators=(",", ":")))
     else:
@@ -329,7 +440,7 @@ def print_json(data: Any, *, compact: bool = False) -> None:
 
 
 def show(body: Any, as_json: bool, render: Callable[[Any], str]) -> None:
-    """Print the API's JSON as it came (``--json``), else ``render(body)``."""
+    """Print the API's JSON (``--json``: `print_json`), else ``render(body)``."""
     if as_json:
         print_json(body)
     else:
@@ -375,7 +486,10 @@ def format_ports(body: dict[str, Any], *, now: float | None = None, note: str = 
     for e in entries:
         seen = e.get("last_seen")
         when = parse_time(seen)
-        shown = seen if when is None else f"{seen} ({_age(max(0.0, now - when))})"
+        if e.get("in_use"):
+            shown = "connected now"
+        else:
+            shown = seen if when is None else f"{seen} ({_age(max(0.0, now - when))})"
         in_use = f"yes ({e['vm']})" if e.get("in_use") and e.get("vm") else yes_no(e.get("in_use"))
         rows.append((e.get("app"), e.get("device"), e.get("port"), shown, in_use))
     return "\n".join([f"{head}:", table(("APP", "DEVICE", "PORT", "LAST SEEN", "IN USE"), rows)])
@@ -399,26 +513,48 @@ def _short(value: object) -> bool:
     )
 
 
+def _feature_words(codes: object) -> str:
+    """DDM request types ("HPIF") as what they give a user ("heap information")."""
+    from ddmd.session.words import words
+
+    items = codes if isinstance(codes, list | tuple) else ()
+    named = dict.fromkeys(words(str(code)) for code in items)
+    return ", ".join(named) or "none"
+
+
 def _changes(event: dict[str, Any]) -> str:
     snapshot = event.get("snapshot") or {}
     keys = event.get("changed")
     if not keys:
         return "snapshot"
-    return ", ".join(
-        f"{k}={'-' if snapshot.get(k) is None else snapshot.get(k)}"
-        if _short(snapshot.get(k))
-        else k
-        for k in keys
-    )
+    shown = []
+    for k in keys:
+        value = snapshot.get(k)
+        if k == "unsupported":
+            shown.append(f"not available: {_feature_words(value)}")
+        elif k == "missing":
+            continue  # the same features as "unsupported", with their sentences
+        elif _short(value):
+            shown.append(f"{k}={'-' if value is None else value}")
+        else:
+            shown.append(k)
+    return ", ".join(shown) or "snapshot"
 
 
 def _thread_states(threads: list[dict[str, Any]]) -> str:
+    """``12 threads (running 1, timed-wait 1, wait 6, 4 other)``: the counts add up."""
     counts: dict[str, int] = {}
+    unknown = 0
     for t in threads:
-        if t.get("state"):
-            counts[str(t["state"])] = counts.get(str(t["state"]), 0) + 1
-    states = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
-    return f"{len(threads)} threads" + (f" ({states})" if states else "")
+        state = thread_state(t.get("state"))
+        if state is None:
+            unknown += 1
+        else:
+            counts[state] = counts.get(state, 0) + 1
+    parts = [f"{name} {n}" for name, n in sorted(counts.items())]
+    if counts and unknown:
+        parts.append(f"{unknown} other")
+    return f"{len(threads)} threads" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _event_detail(event: dict[str, Any]) -> str:
@@ -447,8 +583,7 @@ def _event_detail(event: dict[str, Any]) -> str:
         heaps = event.get("heaps") or []
         return f"{vm}: " + "; ".join(
             f"heap {h.get('heap_id')} used {size(h.get('bytes_used'))}, free "
-            f"{size(h.get('bytes_free'))}, fragmentation "
-            f"{100 * float(h.get('fragmentation') or 0.0):.1f} %"
+            f"{size(h.get('bytes_free'))}, largest free run {size(h.get('largest_free_run'))}"
             for h in heaps
         )
     if name in ("device.changed", "device.gone"):
@@ -456,7 +591,8 @@ def _event_detail(event: dict[str, Any]) -> str:
         return " ".join(str(p) for p in parts if p)
     if name in ("overflow", "daemon.stopping"):
         return str(event.get("reason") or "")
-    rest = {k: v for k, v in event.items() if k not in ("event", "ts", "vm")}
+    # The port book's keys ("local|com.example.mail") are ddmd's own: never shown.
+    rest = {k: v for k, v in event.items() if k not in ("event", "ts", "vm", "key", "selected")}
     return " ".join(p for p in (str(vm) if event.get("vm") else "", json.dumps(rest)) if p)
 
 

@@ -1,6 +1,8 @@
 """``ddmd trace-report FILE``: the methods of a method trace (``.trace``) that took the most
-time, by inclusive and by exclusive time, with call counts, for all threads and per thread;
-``--json`` prints the same as JSON.
+time, by inclusive and by exclusive time, with call counts, for all threads (and per thread with
+``--per-thread``); ``--json`` prints the same as JSON. Methods read as Java source writes them
+(``MainActivity.onCreate(Bundle)``); ``-v`` shows the VM's descriptors instead
+(``onCreate(Landroid/os/Bundle;)V``).
 
 Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser) and ``cli.format``/``cli.client``
 (tables, JSON, the one-line failure). It reads the file itself, in blocks, and needs no
@@ -19,10 +21,19 @@ import click
 
 from ddmd.cli.client import fail
 from ddmd.cli.format import print_json
+from ddmd.cli.words import method_words
 from ddmd.protocol.trace import TraceFormatError, TraceProfile, read_trace
 from ddmd.protocol.trace.report import report_json
 
-__all__ = ["EXIT_BAD_FILE", "format_report", "load_profile", "report_json", "trace_report"]
+__all__ = [
+    "EXIT_BAD_FILE",
+    "format_report",
+    "load_profile",
+    "per_thread_option",
+    "report_json",
+    "trace_report",
+    "verbose_option",
+]
 
 EXIT_BAD_FILE = 1  # work that failed, as every unreadable file (cli.client)
 _BLOCK = 1 << 20
@@ -67,7 +78,14 @@ def _calls(entry: dict[str, Any]) -> str:
     return f"{entry['calls']} ({recursive} recursive)" if recursive else str(entry["calls"])
 
 
-def _section(ranking: dict[str, Any], clock: str, total: int) -> list[str]:
+def _method(entry: dict[str, Any], verbose: bool) -> str:
+    full = str(entry["method"])
+    if verbose:
+        return full
+    return method_words(entry.get("class"), entry.get("name"), entry.get("signature"), full)
+
+
+def _section(ranking: dict[str, Any], clock: str, total: int, verbose: bool = False) -> list[str]:
     lines: list[str] = []
     for key, first, second in (
         ("by_inclusive", "inclusive", "exclusive"),
@@ -83,7 +101,7 @@ def _section(ranking: dict[str, Any], clock: str, total: int) -> list[str]:
                 _percent(e[f"{first}_usec"][clock], total),
                 str(e[f"{second}_usec"][clock]),
                 _calls(e),
-                e["method"],
+                _method(e, verbose),
             )
             for e in entries
         ]
@@ -94,8 +112,28 @@ def _section(ranking: dict[str, Any], clock: str, total: int) -> list[str]:
     return lines
 
 
-def format_report(body: dict[str, Any]) -> str:
-    """The readable report, rendered from :func:`report_json`'s data."""
+def _edges(threads: list[dict[str, Any]]) -> list[str]:
+    """What the tables count that was cut by the start or the end of the trace."""
+    lines = []
+    unmatched = sum(t["unmatched_exits"] for t in threads)
+    still = sum(t["open_calls"] for t in threads)
+    if unmatched:
+        lines.append(
+            f"  ({unmatched} calls were already running when tracing started; they are counted "
+            "from time 0)"
+        )
+    if still:
+        lines.append(
+            f"  ({still} calls were still running when tracing stopped; they are counted up to "
+            "the thread's last event)"
+        )
+    return lines
+
+
+def format_report(body: dict[str, Any], *, per_thread: bool = False, verbose: bool = False) -> str:
+    """The readable report, rendered from :func:`report_json`'s data: the tables of all
+    threads together, then (``per_thread``) each thread's; ``verbose`` names methods by their
+    descriptors."""
     fmt = body["format"]
     clock = body["sort_clock"]
     vm = {"art": "ART", "dalvik": "Dalvik"}.get(body["vm"] or "", body["vm"] or "VM")
@@ -118,7 +156,13 @@ def format_report(body: dict[str, Any]) -> str:
     everything = body["all_threads"]
     total = everything["total_usec"][clock]
     lines += ["", f"All threads: {total} usec (the threads' times added together)"]
-    lines += _section(everything, clock, total)
+    if not per_thread:
+        lines += _edges(threads)
+    lines += _section(everything, clock, total, verbose)
+    if not per_thread:
+        if len(threads) > 1:
+            lines += ["", f"(--per-thread shows the tables of each of the {len(threads)} threads)"]
+        return "\n".join(lines)
     for thread in threads:
         total = thread["total_usec"][clock]
         name = f" {thread['name']}" if thread["name"] else ""
@@ -133,11 +177,22 @@ def format_report(body: dict[str, Any]) -> str:
                 f"  ({thread['open_calls']} calls were still running when tracing stopped; "
                 "they are counted up to the thread's last event)"
             )
-        lines += _section(thread, clock, total)
+        lines += _section(thread, clock, total, verbose)
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- the command
+
+#: ``--per-thread`` and ``-v``: shared with ``ddmd trace``.
+per_thread_option = click.option(
+    "--per-thread", is_flag=True, help="Also give the tables of each thread."
+)
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Name methods by their descriptors, as the trace does ((Landroid/os/Bundle;)V).",
+)
 
 
 @click.command("trace-report", short_help="Top methods of a method trace (.trace) file.")
@@ -149,14 +204,17 @@ def format_report(body: dict[str, Any]) -> str:
     show_default=True,
     help="How many methods each table lists (0: all).",
 )
+@per_thread_option
+@verbose_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def trace_report(file: Path, top: int, as_json: bool) -> None:
+def trace_report(file: Path, top: int, per_thread: bool, verbose: bool, as_json: bool) -> None:
     """Top methods of a method trace FILE (.trace), by inclusive and by exclusive time.
 
     Reads the files Android Studio, DDMS, `dmtracedump` and `ddmd trace` use (format
     versions 1 to 3, one or two clocks, and ART's streaming layout), with ddmd's own parser;
-    no daemon needed. Each table is given for all threads together, then per thread.
-    Inclusive time counts the calls a method makes, exclusive time only its own code.
+    no daemon needed. Each table is given for all threads together (--per-thread: then for
+    each thread). Inclusive time counts the calls a method makes, exclusive time only its own
+    code.
     """
     try:
         profile = load_profile(file)
@@ -168,4 +226,4 @@ def trace_report(file: Path, top: int, as_json: bool) -> None:
     if as_json:
         print_json(body)
     else:
-        click.echo(format_report(body))
+        click.echo(format_report(body, per_thread=per_thread, verbose=verbose))

@@ -19,6 +19,9 @@ ALLOWED = {
         "ddmd.logs",
         "ddmd.errors",
         "ddmd.cli.client.config_option",
+        # `ddmd sysmon --show` is a client command: the CLI's API plumbing and its output
+        "ddmd.cli.client",
+        "ddmd.cli.format",
         # the server side (sysmon/handler.py) is a chunk handler built only on ddmd.ext
         "ddmd.ext",
     ),

@@ -300,7 +300,7 @@ def _leftovers() -> list[str]:
 
 
 def test_trace_for_some_seconds_writes_the_trace_and_prints_its_top_methods(daemon):
-    result = invoke(trace, "mail", "--seconds", "0.01")
+    result = invoke(trace, "mail", "--seconds", "0.01", "-v")  # -v: methods by descriptors
     assert result.exit_code == 0, result.output
     written = Path(TRACE_NAME)
     assert written.read_bytes() == daemon.trace_bytes
@@ -585,6 +585,7 @@ def test_hprof_writes_the_dump_and_prints_the_histogram(daemon):
     assert Path(HPROF_NAME).read_bytes() == daemon.hprof_bytes
     assert daemon.paths() == [
         f"GET /api/v1/vms/{MAIL}",
+        "GET /api/v1/vms/tcp:8000/profiling",  # a refusal comes before "dumping..."
         "POST /api/v1/vms/tcp:8000/hprof",
         f"GET /api/v1/captures/{HPROF_NAME}",
     ]

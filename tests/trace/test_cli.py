@@ -60,7 +60,9 @@ def inclusive_rows(lines: list[str]) -> dict[str, tuple[int, int]]:
 
 
 def test_report_tables_show_the_recorded_call_counts(runner, trace_file, recording):
-    result = runner.invoke(main, ["trace-report", str(trace_file), "--top", "50"])
+    # -v: methods by their descriptors, as the recording names them; --per-thread: each thread.
+    args = ["trace-report", str(trace_file), "--top", "50", "-v", "--per-thread"]
+    result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     out = result.stdout
@@ -78,7 +80,7 @@ def test_report_tables_show_the_recorded_call_counts(runner, trace_file, recordi
 
 
 def test_report_sorts_by_wall_time_and_top_limits_the_rows(runner, trace_file):
-    result = runner.invoke(main, ["trace-report", str(trace_file), "--top", "2"])
+    result = runner.invoke(main, ["trace-report", str(trace_file), "--top", "2", "-v"])
     assert result.exit_code == 0, result.output
     rows = inclusive_rows(sections(result.stdout)["All threads"])
     # wall time: the worker's run() (2493 µs) before main's onCreate
