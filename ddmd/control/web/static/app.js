@@ -494,6 +494,8 @@
     closeStack();
     state.heapEtag = null;
     state.heapImages = [];
+    state.jvmHeap = null; // a plain JVM's GC.heap_info (GET .../heap: jvm_heap)
+    state.jvmHeapWhy = null; // or why it cannot be had
     show($("heap-view"), false);
     $("heaps").tBodies[0].replaceChildren();
     setText($("heap-status"), "");
@@ -528,10 +530,6 @@
   function threadsMissingReason(vm) {
     if (!vm) return "This VM is gone.";
     const missing = vm.missing || {};
-    if (vm.ddm === false) {
-      return "This VM does not speak DDM (a plain JVM): it reports no threads to ddmd. " +
-        "Debuggers can still attach through its port.";
-    }
     const why = missing.THST || missing.THEN;
     if (why) return why + ".";
     if (vm.ddm === null) return "Identifying this VM…";
@@ -541,9 +539,7 @@
   function heapMissingReason(vm) {
     if (!vm) return "This VM is gone.";
     const missing = vm.missing || {};
-    if (vm.ddm === false) {
-      return "This VM does not speak DDM (a plain JVM): no heap figures, heap bitmap or GC through ddmd.";
-    }
+    if (vm.ddm === false) return state.jvmHeapWhy || null; // a plain JVM: GC.heap_info, or why not
     const why = missing.HPSG || missing.HPIF || missing.HPGC;
     if (why) return why + ".";
     if (vm.ddm === null) return "Identifying this VM…";
@@ -593,6 +589,8 @@
     gc.title = heapReason || "Run a garbage collection and fetch the heap segments";
     if (heapReason) {
       note($("heap-note"), heapReason);
+    } else if (vm && vm.ddm === false) {
+      note($("heap-note"), "Figures from the JVM's GC.heap_info (the HotSpot attach API); Cause GC runs GC.run.");
     } else if (!state.heapImages.length) {
       note($("heap-note"), "No heap dump yet. Cause GC runs a collection in the VM and draws the heap it reports.");
     }
@@ -613,7 +611,8 @@
       const began = performance.now();
       let delay = THREAD_INTERVAL_MS;
       try {
-        const body = await apiJson(vmPath(id) + "/threads");
+        let body = await apiJson(vmPath(id) + "/threads");
+        if (body.threads == null && body.vm.ddm === false) body = await jvmThreads(id, body);
         if (gen !== state.threadGen) return;
         delay = renderThreads(body);
       } catch (err) {
@@ -637,6 +636,18 @@
     tick();
   }
 
+  // A plain JVM before ddmd's own thread list came: its Java threads from its thread dump
+  // (the HotSpot attach API; ids are jstack's #N), polled slowly (each dump is a safepoint in
+  // the JVM); a JVM that cannot be attached says why (`why`).
+  async function jvmThreads(id, body) {
+    try {
+      const dump = await apiJson(vmPath(id) + "/stacks");
+      return { ...body, threads: dump.threads.filter((t) => t.id !== null), dump: true };
+    } catch (err) {
+      return { ...body, why: err.message };
+    }
+  }
+
   function stopThreads() {
     state.threadGen += 1;
     clearTimeout(state.threadTimer);
@@ -650,7 +661,7 @@
     if (index >= 0) state.vms[index] = vm;
     const table = $("threads");
     if (body.threads === null || body.threads === undefined) {
-      const reason = threadsMissingReason(vm);
+      const reason = body.why ? sentence(body.why) : threadsMissingReason(vm);
       showThreadTable(false);
       setText($("threads-age"), "");
       setText($("threads-count"), "");
@@ -689,7 +700,7 @@
     for (const [key, row] of existing) if (!seen.has(key)) row.remove();
     setText($("threads-count"), `${threads.length}`);
     setText($("threads-age"), "updated " + clock(new Date()));
-    return THREAD_INTERVAL_MS;
+    return body.dump ? THREAD_SLOW_MS : THREAD_INTERVAL_MS;
   }
 
   function showThreadTable(visible) {
@@ -746,15 +757,23 @@
         else if (frame.file_name) where = frame.file_name;
         else where = "unknown source";
         li.appendChild(el("span", { cls: "src", text: ` (${where})` }));
+        for (const lock of frame.locks || []) li.appendChild(el("div", { cls: "muted small", text: `- ${lock}` }));
         items.appendChild(li);
       }
       $("stack-frames").replaceChildren(items);
+      if (body.java_state) {
+        // A plain JVM's thread dump: its Java state, as jstack shows it.
+        setText($("stack-title"), `Stack of thread ${threadId} · ${body.thread_name} · ${body.java_state}`);
+      }
       note($("stack-note"), body.frames.length ? "" : "The VM reported an empty stack.");
     } catch (err) {
       if (state.shown !== id || state.stackThread !== threadId) return;
-      const text = err.status === 501
-        ? "This VM does not report stack traces (Android 12+ removed the DDM handler)."
-        : `No stack: ${err.message}`;
+      const plain = (shownVm() || {}).ddm === false; // 501: why the JVM cannot be attached
+      let text = `No stack: ${err.message}`;
+      if (err.status === 501) {
+        text = plain ? sentence(err.message)
+          : "This VM does not report stack traces (Android 12+ removed the DDM handler).";
+      }
       note($("stack-note"), text);
     }
   }
@@ -862,6 +881,10 @@
   // ------------------------------------------------------------------------------ heap
 
   function renderHeapInfo(vm) {
+    if (vm && vm.ddm === false) {
+      renderJvmHeap(state.jvmHeap);
+      return;
+    }
     const heaps = vm ? vm.heaps || [] : [];
     const tbody = $("heaps").tBodies[0];
     const rows = document.createDocumentFragment();
@@ -892,6 +915,46 @@
     show($("heaps"), heaps.length > 0);
   }
 
+  // A plain JVM's GC.heap_info in the heap table: the Java heap, then each space it lists
+  // (Metaspace's Max is the address space it reserved). Objects are not counted there.
+  function renderJvmHeap(heap) {
+    const spaces = heap ? heap.spaces || [] : [];
+    const java = spaces.filter((s) => s.kind === "heap" && !s.part_of);
+    const lines = [];
+    if (heap && heap.used !== null) {
+      const name = `Java heap${heap.collector ? ` (${heap.collector})` : ""}`;
+      lines.push({ name, used: heap.used, committed: heap.committed, max: heap.max });
+    }
+    for (const s of spaces) {
+      if (s.kind === "heap" && java.length < 2) continue; // the Java heap's row says it
+      lines.push({ name: s.part_of ? `${s.part_of} · ${s.name}` : s.name, used: s.used,
+        committed: s.committed, max: s.max });
+    }
+    const rows = document.createDocumentFragment();
+    for (const line of lines) {
+      const tr = el("tr", { data: { space: line.name } });
+      tr.appendChild(el("td", { text: line.name }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(line.committed) }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(line.max) }));
+      tr.appendChild(el("td", { cls: "num", text: formatBytes(line.used) }));
+      tr.appendChild(el("td", { cls: "num", text: "—" }));
+      const usedCell = el("td", { cls: "num", text: "—" });
+      if (line.committed) {
+        const used = (100 * line.used) / line.committed;
+        const meter = el("span", { cls: "meter" });
+        const bar = el("span", { cls: "meter-bar" });
+        bar.style.width = `${Math.min(100, used).toFixed(1)}%`;
+        meter.appendChild(bar);
+        usedCell.replaceChildren(meter, el("span", { text: ` ${used.toFixed(0)}%` }));
+      }
+      tr.appendChild(usedCell);
+      tr.appendChild(el("td", { cls: "muted small", text: state.jvmHeapAt ? clock(state.jvmHeapAt) : "" }));
+      rows.appendChild(tr);
+    }
+    $("heaps").tBodies[0].replaceChildren(rows);
+    show($("heaps"), lines.length > 0);
+  }
+
   async function loadLegend() {
     if (state.legend) return state.legend;
     try {
@@ -907,11 +970,17 @@
       const body = await apiJson(vmPath(id) + "/heap");
       if (state.shown !== id) return;
       state.heapImages = body.images || [];
+      state.jvmHeap = body.jvm_heap || null;
+      state.jvmHeapAt = new Date();
       if (state.heapImages.length) await loadHeapPicture(id);
       updateShownVm();
     } catch (err) {
       if (state.shown !== id) return;
       if (err.status !== 501) setText($("heap-status"), `Heap: ${err.message}`);
+      if (err.status === 501 && (shownVm() || {}).ddm === false) {
+        state.jvmHeapWhy = sentence(err.message); // the JVM cannot be attached: why
+        updateShownVm();
+      }
     }
   }
 
@@ -1064,6 +1133,14 @@
     state.gcRunning = true;
     setText($("heap-status"), "GC running; waiting for the heap dump…");
     try {
+      if ((shownVm() || {}).ddm === false) { // a plain JVM: GC.run, then GC.heap_info
+        const done = await apiJson(vmPath(id) + "/gc", { method: "POST" });
+        if (state.shown !== id) return;
+        state.jvmHeap = done.jvm_heap || state.jvmHeap;
+        state.jvmHeapAt = new Date();
+        setText($("heap-status"), `GC done at ${clock(new Date())} (GC.run)`);
+        return;
+      }
       const body = await apiJson(vmPath(id) + "/heap/dump", { method: "POST" });
       if (state.shown !== id) return;
       state.heapImages = body.images || [];

@@ -1,0 +1,199 @@
+"""The web page's view of plain JVMs in real headless Chromium (Debian's, driven by Playwright):
+two real HotSpot JVMs in the scan range of a real ``ddmd.daemon.run``, one that can be
+attached and one started with -XX:+DisableAttachMechanism.
+
+The first shows its threads (ddmd's own thread list), a thread's stack from its thread dump
+(the frames, their locks, its Java state), the heap figures of GC.heap_info, and Cause GC
+runs GC.run (the program sees its weak reference cleared) and shows the figures after it; the
+heap dump and kill buttons are offered. The second shows its threads too, and where the attach
+API would answer, the sentence that says why it cannot: no wall of refusals, no SIGQUIT.
+
+Needs /usr/bin/chromium and Playwright (a skip outside CI, a failure in CI), a JDK 17.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.actors.rawpeers import free_port_range, monitor
+from tests.attach.conftest import Jvm, quiet_classes, run_quiet  # noqa: F401 (a fixture)
+from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _require_browser
+
+pytestmark = pytest.mark.jvm
+
+CAP_MS = 20_000  # one condition on the page
+START_CAP = 60.0
+
+
+@dataclass
+class Rig:
+    base: str
+    open_jvm: Jvm
+    closed_jvm: Jvm
+
+    def get(self, path: str) -> Any:
+        response = httpx.get(self.base + path, trust_env=False, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+async def _serve(classes: Path, tmp_path: Path, out: queue.Queue[Any], stop: trio.Event) -> None:
+    first, second = free_port_range(2)
+    async with (
+        run_quiet(classes, first) as open_jvm,
+        run_quiet(classes, second, flags=["-XX:+DisableAttachMechanism"]) as closed_jvm,
+        monitor([first, second], tmp_path) as h,
+    ):
+        for jvm in (open_jvm, closed_jvm):
+            await h.wait_vm(
+                jvm.vm_id, lambda v: v["ddm"] is False and v["pid"] is not None, timeout=START_CAP
+            )
+        host, port = h.started.control
+        out.put(Rig(f"http://{host}:{port}", open_jvm, closed_jvm))
+        await stop.wait()
+
+
+@contextlib.contextmanager
+def rig(classes: Path, tmp_path: Path) -> Iterator[Rig]:
+    """The JVMs and the daemon in a trio thread of their own (Playwright's sync API runs in
+    this one); stopped at the end."""
+    out: queue.Queue[Any] = queue.Queue()
+    token: list[trio.lowlevel.TrioToken] = []
+    stop: list[trio.Event] = []
+
+    async def main() -> None:
+        token.append(trio.lowlevel.current_trio_token())
+        stop.append(trio.Event())
+        await _serve(classes, tmp_path, out, stop[0])
+
+    def run() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:  # handed to the test's thread
+            out.put(exc)
+        else:
+            out.put(None)
+
+    thread = threading.Thread(target=run, name="jvm-page-rig", daemon=True)
+    thread.start()
+    first = out.get(timeout=START_CAP * 2)
+    if isinstance(first, BaseException):
+        raise first
+    assert first is not None, "the rig stopped before it was ready"
+    try:
+        yield first
+    finally:
+        trio.from_thread.run_sync(stop[0].set, trio_token=token[0])
+        thread.join(timeout=60)
+        last = out.get(timeout=1) if not out.empty() else None
+        if isinstance(last, BaseException):
+            raise last
+
+
+@contextlib.contextmanager
+def browser_page(name: str) -> Iterator[tuple[Any, list[str]]]:
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        page = browser.new_context(viewport={"width": 1440, "height": 1100}).new_page()
+        page.set_default_timeout(CAP_MS)
+        problems: list[str] = []
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        try:
+            yield page, problems
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+            browser.close()
+
+
+def open_vm(page: Any, vm_id: str) -> None:
+    page.locator(f'#vms tbody tr[data-vm-id="{vm_id}"] button.link').click()
+    page.wait_for_function(
+        "id => document.querySelector('#detail-sub').textContent.startsWith(id)", arg=vm_id
+    )
+
+
+def test_the_plain_jvm_view_shows_threads_a_stack_and_the_heap(quiet_classes, tmp_path):  # noqa: F811
+    with rig(quiet_classes, tmp_path) as live, browser_page("web-plain-jvm.png") as (page, bad):
+        page.goto(live.base + "/")
+        jvm = live.open_jvm
+        open_vm(page, jvm.vm_id)
+
+        # Threads: ddmd's list, in the table; no refusal in their place.
+        page.locator("#threads tbody tr", has_text="worker one").wait_for()
+        assert page.locator("#threads-note").is_hidden()
+        names = set(page.locator("#threads tbody tr td:nth-child(3)").all_inner_texts())
+        listed = {t["name"] for t in live.get(f"/api/v1/vms/{jvm.vm_id}/threads")["threads"]}
+        assert {"main", "worker one", "gc watcher"} <= names <= listed | names
+
+        # A stack from the JVM's thread dump: frames, their locks, the Java state.
+        page.locator("#threads tbody tr", has_text="main").first.click()
+        page.locator("#stack-frames li", has_text="Quiet").first.wait_for()
+        frames = page.locator("#stack-frames li").all_inner_texts()
+        assert frames[0].startswith("java.lang.Object.wait (native method)")
+        assert any(re.match(r"Quiet\.main \(Quiet\.java:\d+\)", f) for f in frames), frames
+        assert any("- locked <0x" in f for f in frames), frames
+        assert page.locator("#stack-title").text_content().endswith("· main · WAITING")
+        assert page.locator("#stack-note").is_hidden()
+
+        # Heap figures from GC.heap_info, in the heap table.
+        java_row = page.locator('#heaps tbody tr[data-space="Java heap (G1)"]')
+        java_row.wait_for()
+        assert java_row.locator("td").nth(2).inner_text() == "256.0 MiB"  # Max: -Xmx256m
+        assert page.locator('#heaps tbody tr[data-space="Metaspace"]').count() == 1
+        assert "GC.heap_info" in page.locator("#heap-note").inner_text()
+
+        # Cause GC: GC.run in the JVM (its weak reference is cleared), the figures after it.
+        page.locator("#gc").click()
+        page.locator("#heap-status", has_text="(GC.run)").wait_for()
+        page.wait_for_function("() => !document.querySelector('#gc').disabled")
+        assert jvm.printed("collected")
+
+        # A heap dump (the attach API) with its histogram; kill is offered (JDWP).
+        page.wait_for_function("() => !document.querySelector('#hprof-dump').disabled")
+        assert not page.locator("#kill").is_disabled()
+        page.locator("#hprof-dump").click()
+        apples = page.locator("#hprof-classes tbody tr", has_text="Quiet$Apple")
+        apples.first.wait_for()
+        assert apples.first.locator("td").nth(1).inner_text() == "3,000"
+        assert bad == []
+
+
+def test_a_jvm_that_cannot_be_attached_says_why_where_the_figures_would_be(
+    quiet_classes,  # noqa: F811
+    tmp_path,
+):
+    with rig(quiet_classes, tmp_path) as live, browser_page("web-closed-jvm.png") as (page, bad):
+        page.goto(live.base + "/")
+        jvm = live.closed_jvm
+        open_vm(page, jvm.vm_id)
+        sentence = (
+            f"Quiet (pid {jvm.process.pid}) was started with -XX:+DisableAttachMechanism (its "
+            "command line): it accepts no attach, from ddmd, jstack or jcmd."
+        )
+        page.locator("#threads tbody tr", has_text="main").wait_for()  # over JDWP: still there
+        page.locator("#heap-note", has_text=sentence).wait_for()
+        assert page.locator("#gc").is_disabled()
+        page.locator("#threads tbody tr", has_text="main").first.click()
+        page.locator("#stack-note", has_text=sentence).wait_for()
+        page.locator("#hprof-reason", has_text=sentence).wait_for()
+        assert page.locator("#hprof-dump").is_disabled()
+        assert not jvm.printed("Full thread dump")
+        assert bad == []
