@@ -179,6 +179,7 @@ class DebuggerConnection:
     writing: bool = False  # its reader task is writing to the VM now
     since: float | None = None  # wall-clock time of its arrival
     tool: str | None = None  # the program on the other end, when known
+    pid: int | None = None  # its process id, when known (a local process of an allowed user)
 
     def end(self, reason: str) -> None:
         """Stop its reader. Not while that reader writes a packet to the VM: cutting it would

@@ -93,7 +93,16 @@ class DebuggerSide:
             debugging = d.number in router.attached()
             out.append(
                 DebuggerSnapshot(
-                    d.peer, d.via, d.port, d.since, packets_in, packets_out, held, d.tool, debugging
+                    d.peer,
+                    d.via,
+                    d.port,
+                    d.since,
+                    packets_in,
+                    packets_out,
+                    held,
+                    d.tool,
+                    debugging,
+                    d.pid,
                 )
             )
         return tuple(out)
@@ -156,6 +165,7 @@ class DebuggerSide:
         if tool is None or debugger.gone:
             return
         debugger.tool = tool
+        debugger.pid = found.pid if found is not None else None
         self._feed(DebuggerNamed(debugger.number, tool))
 
     async def _serve_debugger(self, debugger: DebuggerConnection) -> None:

@@ -44,8 +44,8 @@ _NAME, _STATUS, _THREAD_GROUP = 1, 4, 5
 _GROUP_NAME = 1
 _INT = struct.Struct(">i")
 
-#: JDWP ThreadStatus -> the words ddmd uses for DDM VMs' states too.
-JDWP_STATES = {0: "zombie", 1: "running", 2: "sleeping", 3: "monitor", 4: "wait"}
+#: JDWP ThreadStatus -> the words DDMS uses for DDM VMs (SLEEPING is a timed wait).
+JDWP_STATES = {0: "zombie", 1: "running", 2: "timed-wait", 3: "monitor", 4: "wait"}
 _SUSPENDED = 1  # SuspendStatus bit
 
 

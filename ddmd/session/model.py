@@ -81,12 +81,14 @@ class DebuggerSnapshot:
     suspensions: int = 0  # suspensions of the VM or its threads it holds now
     tool: str | None = None  # the program on the other end, when known ("Android Studio")
     debugging: bool = True  # False: a client of the adb front that speaks DDM only
+    pid: int | None = None  # the client's process, when ddmd could find it
 
     def to_json(self) -> dict[str, Any]:
         return {
             "peer": self.peer,
             "via": self.via,
             "tool": self.tool,
+            "pid": self.pid,
             "debugging": self.debugging,
             "port": self.port,
             "since": self.since,

@@ -202,6 +202,7 @@ async def test_registry_notices_become_events(world):
                 "peer": "127.0.0.1:5005",
                 "via": "current",
                 "tool": None,
+                "pid": None,
                 "debugging": True,
                 "port": 8700,
                 "since": 1700000000.0,

@@ -988,7 +988,7 @@ def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> 
         >> DebuggerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << Log("debugger.detached", fields=Placeholder())
-        << Log("vm.reconnecting")
+        << Log("vm.reconnecting", "debug")
         << Reconnect("recycled after the debugger left")
         >> Tick(1.0)
         >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
@@ -1226,7 +1226,7 @@ def test_a_plain_jvm_gets_its_thread_list_over_jdwp_with_ddmds_own_ids() -> None
     )
     threads = vm.session.snapshot().threads
     assert threads is not None
-    assert [(t.thread_id, t.name, t.state) for t in threads] == [(t1, "main", "sleeping")]
+    assert [(t.thread_id, t.name, t.state) for t in threads] == [(t1, "main", "timed-wait")]
     assert vm.session.jvm_threads.live_ids() == 2  # main and its group: no growing table
 
 
