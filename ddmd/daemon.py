@@ -131,6 +131,7 @@ async def run(
         def stop() -> None:
             if not shutdown.is_set():
                 log.info(Event.DAEMON_STOPPING, grace=grace)
+                registry.stopping()  # no current.changed per VM as they leave
                 _notify_systemd(notify.stopping, f"stopping (grace {grace:g} s)")
                 shutdown.set()
                 # Every event stream ends now, so the control server's graceful stop is quick.

@@ -220,7 +220,7 @@ class Event(StrEnum):
 _VM_IDENTITIES: dict[str, dict[str, Any]] = {}
 
 
-def bind_vm_identity(vm: str, *, app: str | None, pid: int | None) -> None:
+def bind_vm_identity(vm: str, app: str | None, pid: int | None) -> None:
     """From now on every log line with ``vm=vm`` carries ``app`` and ``pid`` (the known ones).
 
     Called by the VM's actor as soon as they are known and whenever they change (a rename)."""
@@ -347,8 +347,10 @@ def configure(*, fmt: str = "auto", level: str = "info", stream: TextIO | None =
 
 
 def reset() -> None:
-    """Undo `configure`: structlog's defaults, no ddmd handler on the root logger. For tests."""
+    """Undo `configure`: structlog's defaults, no ddmd handler on the root logger, no VM
+    identities. For tests."""
     structlog.reset_defaults()
+    _VM_IDENTITIES.clear()
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _DdmdHandler)]:
         root.removeHandler(old)

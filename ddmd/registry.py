@@ -171,6 +171,13 @@ class VmRegistry:
     current_port: int | None = None
     _adb_server: str | None = None  # host:port of the adb server ddmd uses
     _adb_connected: bool | None = None  # None: not tried yet (or adb is off)
+    _stopping: bool = False  # the daemon stops: its VMs leave one by one, quietly
+
+    def stopping(self) -> None:
+        """The daemon is stopping: as its VMs are removed one by one, the current VM changes
+        at every step; those changes are still notified but no longer logged (the log says
+        ``daemon.stopping`` and each VM's ``vm.gone``, not a ``current.changed`` per step)."""
+        self._stopping = True
 
     def add(self, handle: VmHandle) -> None:
         self._vms[handle.vm_id] = handle
@@ -297,7 +304,7 @@ class VmRegistry:
         now = handle.vm_id if handle is not None else None
         if now != self._last_current:
             previous, self._last_current = self._last_current, now
-            _log.info(
+            (_log.debug if self._stopping else _log.info)(
                 Event.CURRENT_CHANGED,
                 vm=now,
                 previous=previous,

@@ -279,13 +279,24 @@ def _start(
 
 
 @main.command("demo", short_help="Run the daemon with three simulated VMs, no device needed.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Show the daemon's log at info level (the demo shows warnings and errors only).",
+)
 @_serve_options
-def demo(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
+def demo(
+    verbose: bool, config_file: str | None, log_format: str | None, log_level: str | None
+) -> None:
     """Run the daemon with three simulated VMs (no device needed) until Ctrl-C.
 
-    Exits 4 without starting anything when a ddmd already runs for the same control address.
+    It prints the commands to try once the daemon has found the VMs. The log shows warnings
+    and errors only, unless -v (or --log-level). Exits 4 without starting anything when a
+    ddmd already runs for the same control address.
     """
-    _serve("demo", config_file, log_format, log_level, "ddmd.sim.demo", "run_demo")
+    level = log_level or ("info" if verbose else "warning")
+    _serve("demo", config_file, log_format, level, "ddmd.sim.demo", "run_demo")
 
 
 def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | None:

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ddmd.control.server import scope_peer
 from ddmd.errors import TargetError
 from ddmd.logs import Event, get_logger
 from ddmd.protocol.hprof import summarise_file
@@ -96,6 +97,21 @@ def _allocations_json(value: dict[str, Any], top: int) -> dict[str, Any]:
     }
 
 
+def _requester(request: Request) -> dict[str, Any]:
+    """Who asked, for the log: over the unix socket the process (SO_PEERCRED: user, uid,
+    pid); over TCP the client's address (its owner is not looked up)."""
+    peer = scope_peer(request.scope)
+    if peer is not None:
+        return {
+            "requester": peer.describe(),
+            "requester_uid": peer.uid,
+            "requester_user": peer.user,
+            "requester_pid": peer.pid,
+        }
+    client = request.client
+    return {"requester": f"{client.host}:{client.port}" if client else "unknown"}
+
+
 class _Profiling:
     def __init__(self, resolve: Callable[[Request], VmHandle], capture_dir: Path | None) -> None:
         self._resolve = resolve
@@ -157,12 +173,11 @@ class _Profiling:
     async def kill(self, request: Request) -> Response:
         handle = self._vm(request, "POST")
         status = _int_query(request, "status", 0, 0xFFFFFFFF)
-        peer = request.client
         log.warning(
             Event.VM_KILL_REQUESTED,
             vm=handle.vm_id,
-            requester=f"{peer.host}:{peer.port}" if peer else "unknown",
             status=1 if status is None else status,
+            **_requester(request),
         )
         value = await handle.kill(1 if status is None else status)
         return JSONResponse({"killed": handle.vm_id, **value})

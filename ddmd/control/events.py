@@ -6,12 +6,15 @@ Layer: imports registry and `control.sse` (and protocol.heap for a type); used b
 below the daemon knows the hub exists.
 
 Design (why not a structlog processor): the stream carries the *state changes* the log also
-reports, under the same dotted names, derived in one place from the registry's change notices
-(`RegistryEvents` diffs each VM's snapshot against the one it saw before). The actors already
-notify the registry at every point that matters, so no publish call is scattered through
-protocol or actor code; and the stream does not depend on the log level, the log format, or a
-test's `capture_logs()`. The log remains the record of *why* (reasons, errors); the stream
-says *what* changed, with the VM's snapshot JSON. While nobody subscribes, nothing is computed.
+reports, under the same dotted names (``vm.found``, ``vm.gone``, ``vm.renamed``,
+``vm.waiting_for_debugger``, ``debugger.attached``/``detached``, ``current.changed``, ...: one
+name per fact, ``ddmd.logs.Event`` has them all), derived in one place from the registry's
+change notices (`RegistryEvents` diffs each VM's snapshot against the one it saw before). The
+actors already notify the registry at every point that matters, so no publish call is scattered
+through protocol or actor code; and the stream does not depend on the log level, the log
+format, or a test's `capture_logs()`. The log remains the record of *why* (reasons, errors); the
+stream says *what* changed, with the VM's snapshot JSON. While nobody subscribes, nothing is
+computed.
 
 Events (JSON object ``{"event": NAME, "ts": ISO-8601 UTC like the log's, "vm": ID, ...}``)::
 

@@ -18,6 +18,12 @@ write to (created 0700 when missing, `instance.private_dir`). A socket file left
 that died is removed (nothing accepts on it: logged as ``control.socket_stale_removed``); one
 that something still listens on stops the start with `ControlSocketError`. The file is removed
 when the server stops, if it is still the one this server created.
+
+Who asks over the unix socket: every connection accepted there has its peer's credentials read
+once (``SO_PEERCRED``: the pid, uid and gid of the process that connected, as ``ddmd.peers``
+reads them for the peer check), and every request on it carries them in the ASGI scope's
+extensions (`PEER_CREDENTIALS`; `scope_peer` reads them), so a route can name the asker, e.g.
+``vm.kill_requested``. A TCP request has the scope's ``client`` (host, port) instead.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Awaitable, Callable, Sequence
+import struct
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,16 +46,25 @@ import trio
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState, Framework, LifespanState
+from hypercorn.typing import AppWrapper, ConnectionState, Framework, LifespanState
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
 
 from ddmd.errors import DdmdError
 from ddmd.instance import private_dir
 from ddmd.logs import Event, get_logger
-from ddmd.peers import GuardedListener, PeerGuard
+from ddmd.peers import GuardedListener, PeerGuard, user_name
 
-__all__ = ["ControlBound", "ControlSocketError", "open_unix_listener", "serve_control"]
+__all__ = [
+    "PEER_CREDENTIALS",
+    "ControlBound",
+    "ControlSocketError",
+    "PeerCredentials",
+    "open_unix_listener",
+    "peer_credentials",
+    "scope_peer",
+    "serve_control",
+]
 
 log = get_logger("ddmd.control")
 
@@ -130,6 +146,69 @@ async def open_unix_listener(path: Path) -> tuple[trio.SocketListener, int]:
         sock.close()
         raise
     return trio.SocketListener(sock), inode
+
+
+#: The ASGI scope extension with the `PeerCredentials` of a unix-socket connection's peer.
+PEER_CREDENTIALS = "ddmd.peer_credentials"
+#: struct ucred (pid_t pid; uid_t uid; gid_t gid), in the machine's byte order.
+_UCRED = struct.Struct("=iII")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """The process at the other end of a unix socket, as the kernel saw it connect."""
+
+    pid: int
+    uid: int
+    gid: int
+    user: str | None  # None when the user database does not know the uid
+
+    def describe(self) -> str:
+        """``alice (uid 1000), pid 4242``: for a log line."""
+        who = f"{self.user} (uid {self.uid})" if self.user else f"uid {self.uid}"
+        return f"{who}, pid {self.pid}"
+
+
+def peer_credentials(sock: trio.socket.SocketType) -> PeerCredentials | None:
+    """``SO_PEERCRED`` of a connected unix socket; None for other sockets, on systems without
+    it, or when the peer is gone already."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, option, _UCRED.size))
+    except (OSError, struct.error):
+        return None
+    if pid <= 0:  # no process (a socketpair's peer may have none)
+        return None
+    return PeerCredentials(pid, uid, gid, user_name(uid))
+
+
+def scope_peer(scope: Mapping[str, Any]) -> PeerCredentials | None:
+    """The peer credentials `serve_control` put in a request's scope (unix socket only)."""
+    peer = (scope.get("extensions") or {}).get(PEER_CREDENTIALS)
+    return peer if isinstance(peer, PeerCredentials) else None
+
+
+class _WithPeer:
+    """Hypercorn's app wrapper for one connection: each request's scope gets the peer."""
+
+    def __init__(self, inner: AppWrapper, peer: PeerCredentials) -> None:
+        self._inner = inner
+        self._peer = peer
+
+    async def __call__(
+        self,
+        scope: Any,
+        receive: Any,
+        send: Any,
+        sync_spawn: Callable[..., Any],
+        call_soon: Callable[..., Any],
+    ) -> None:
+        if scope["type"] in ("http", "websocket"):
+            extensions = {**(scope.get("extensions") or {}), PEER_CREDENTIALS: self._peer}
+            scope = {**scope, "extensions": extensions}
+        await self._inner(scope, receive, send, sync_spawn, call_soon)
 
 
 def _remove_socket(path: Path, inode: int) -> None:
@@ -216,10 +295,13 @@ async def _serve(
     context = WorkerContext(None)
 
     async def handle(stream: trio.SocketStream) -> None:
+        # A unix-socket peer is named to the routes (PEER_CREDENTIALS); TCP peers by address.
+        peer = peer_credentials(stream.socket)
+        app_for_peer = wrapped if peer is None else _WithPeer(wrapped, peer)
         # hypercorn types the stream as its TLS stream; a plain one is what its own
         # worker passes for http:// binds too.
         server = TCPServer(
-            wrapped, config, context, ConnectionState(state.copy()), cast("Any", stream)
+            app_for_peer, config, context, ConnectionState(state.copy()), cast("Any", stream)
         )
         await server.run()
 

@@ -4,7 +4,8 @@
 Layer: trio, structlog, config, registry, logs, discovery's messages, ``drive.vm`` and the
 metrics totals. A crash of a VM's driver is logged (``vm.crashed``) with its traceback and the
 VM dropped; ``Cancelled`` is never caught. When the daemon stops, its VMs end as "stopped",
-which discovery does not count against their ports.
+which discovery does not count against their ports. Every VM's last line is ``vm.gone`` (with
+the reason), the match of its ``vm.found``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ddmd.drive.found import VmFound, VmLost
 from ddmd.drive.ports import VmPorts
 from ddmd.drive.streams import aclose_quietly
 from ddmd.drive.vm import VmDriver
-from ddmd.logs import Event
+from ddmd.logs import Event, unbind_vm_identity
 from ddmd.registry import VmRegistry
 
 log = structlog.get_logger("ddmd.daemon")
@@ -169,3 +170,5 @@ class Supervisor:
             self.actors.pop(found.vm_id, None)
             self.held.discard(found.key)
             self.registry.remove(found.vm_id)
+            log.info(Event.VM_GONE, vm=found.vm_id, reason=reason)
+            unbind_vm_identity(found.vm_id)

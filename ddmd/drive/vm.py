@@ -44,7 +44,7 @@ from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
-from ddmd.logs import Event
+from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.protocol.heap import HeapImage
@@ -194,6 +194,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._bytes_in = 0
         self._timeouts = 0
         self._slow_debuggers = 0
+        bind_vm_identity(vm_id, *_identity(self._session))
 
     # ------------------------------------------------------------------ VmHandle, sync
 
@@ -346,11 +347,12 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         return None
 
     async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
-        """One VM connection, from its first byte to its end."""
+        """One VM connection, from its first byte to its end (reopened after a debugger left:
+        a step of the release, logged at debug level; ``vm.released`` is its info line)."""
         # A VM may pause (a GC on a phone): any write to it may take up to a JDWP request's time.
         limit = self._config.timeouts.jdwp_request
         self._vm = Outbox(stream, budget=VM_BUDGET, limit=limit, quick=limit)
-        self._log.info(
+        (self._log.debug if self._session.state == "reconnecting" else self._log.info)(
             Event.VM_CONNECTED, address=self._session.address, source=self._session.source
         )
         reason = "closed"
@@ -490,6 +492,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 self._add_debugger_fields(command)
             self._log.log(_LEVELS.get(command.level, 20), command.event, **command.fields)
         elif isinstance(command, Changed):
+            bind_vm_identity(self._vm_id, *_identity(self._session))
             if command.renamed:
                 self._registry.key_changed(self._vm_id)
                 self._maybe_listen()
@@ -584,5 +587,17 @@ class VmDriver(DebuggerSide, ProfilingDriver):
 
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+def _identity(session: VmSession) -> tuple[str | None, int | None]:
+    """The app and pid every log line about the VM carries (``logs.bind_vm_identity``, bound
+    at once and again at every change), named as the VM's snapshot names them."""
+    model = session.model
+    app, pid = model.app, model.pid
+    if model.ddm is False:  # a plain JVM: the process found in /proc, as in the snapshot
+        app = session.process_name if app is None else app
+        pid = session.process_pid if pid is None else pid
+    return app, pid
+
 
 __all__ = ["VmDriver", "VmStatistics", "settings_from"]

@@ -4,6 +4,11 @@ one leaves (DBGD, or a reconnect where the VM does not acknowledge it).
 Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``Attachments`` is
 the part of ``VmSession`` that carries these rules out; the per-packet rules of several
 debuggers are in ``bridge.py`` and ``router.py``.
+
+The log of a release: ``debugger.detached`` when the debugger leaves, then one info line,
+``vm.released`` (``how``: the VM acknowledged DBGD, or it was reconnected and identified again;
+``after``: why the debugger left) once the VM is free again. The steps in between (DBGD sent and
+acknowledged, the reconnect, the HELO of the new connection) are at debug level.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class Attachments:
 
     def __init__(self, session: VmSession) -> None:
         self._s = session
+        # Why the last debugger left, while its release is under way (None: no release).
+        self.release_after: str | None = None
 
     # ------------------------------------------------------------------ debuggers
 
@@ -85,8 +92,9 @@ class Attachments:
         # The last debugger left: make the VM drop its state (breakpoints, suspensions).
         self._s._goto("last debugger left")
         self._s.router.ready = False
+        self.release_after = reason
         if self._s.model.ddm is True:
-            self._s._log("ddm.dbgd_sent", after=reason)
+            self._s._log("ddm.dbgd_sent", "debug", after=reason)
             self._s._ask(ddm.Dbgd(), "dbgd", "DBGD", now)
         else:
             self._release_done(False)
@@ -96,7 +104,8 @@ class Attachments:
             return
         if acknowledged:
             self._s._goto("acknowledged")
-            self._s._log("ddm.dbgd_acknowledged")
+            self._s._log("ddm.dbgd_acknowledged", "debug")
+            self.released("the VM acknowledged DBGD")
             self._s._out += self._s.router.connected_again()
             for debugger in list(self._s._waits):
                 if debugger in self._s.router.connected_consumers():
@@ -106,6 +115,13 @@ class Attachments:
         # Closing the connection releases breakpoints and suspensions on every VM family.
         self._s._goto("no acknowledgement")
         self._s._drop_own("recycled after the debugger left")
-        self._s._log("vm.reconnecting")
+        self._s._log("vm.reconnecting", "debug")
         self._s._out.append(Reconnect("recycled after the debugger left"))
         self._s._out.append(Changed())
+
+    def released(self, how: str) -> None:
+        """The one info line of a release (``vm.released``), when one is under way: the VM
+        acknowledged DBGD, or its new connection is identified (``conversation``)."""
+        after, self.release_after = self.release_after, None
+        if after is not None:
+            self._s._log("vm.released", how=how, after=after)

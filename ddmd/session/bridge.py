@@ -286,9 +286,10 @@ class Bridge:
         out += self._send_ops(ops)
         out.insert(
             0,
-            Log(
+            Log(  # a step of the release (the one info line is vm.released, attach.py)
                 "debugger.released",
-                fields={"debugger": debugger, "requests": len(mine), "suspensions": held},
+                "debug",
+                {"debugger": debugger, "requests": len(mine), "suspensions": held},
             ),
         )
         return out

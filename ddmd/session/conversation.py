@@ -9,6 +9,7 @@ Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). A par
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ddmd.protocol import ddm
@@ -18,7 +19,7 @@ from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import CommandSet, ReplyPacket, VirtualMachineCommand
 from ddmd.session.calls import SELF, Own
 from ddmd.session.commands import Changed, Command, SelectMe
-from ddmd.session.words import silence_reason
+from ddmd.session.words import silence_reason, words
 
 if TYPE_CHECKING:
     from ddmd.session.vm import VmSession
@@ -115,7 +116,17 @@ class Conversation:
             # A VM without DDM (a plain JVM). Only now may ddmd send a non-DDM command, once.
             self._s.model.ddm = False
             self._s._log("vm.not_ddm")
-            self._s._mark_unsupported("HELO", f"it answered: {judgement.reason}")
+            # The probe's refusal is how a plain JVM is told apart, not news: debug level.
+            why = f"it answered: {judgement.reason}"
+            if self._s.model.mark_unsupported("HELO", why):
+                self._s._log(
+                    "vm.feature_unsupported",
+                    "debug",
+                    feature="HELO",
+                    what=words("HELO"),
+                    reason=why,
+                )
+                self._s._out.append(Changed())
             vm_id, send = self._s.router.send_own(
                 SELF,
                 CommandSet.VIRTUAL_MACHINE,
@@ -140,6 +151,12 @@ class Conversation:
             if isinstance(chunk, ddm.HeloReply):
                 self._s.hello = chunk
                 applied = self._s.model.apply_hello(chunk)
+                if self._s.attach.release_after is not None and not applied.renamed:
+                    # The same VM again, on the connection reopened for a release: a step.
+                    applied.notes = [
+                        dataclasses.replace(n, level="debug") if n.event == "vm.hello" else n
+                        for n in applied.notes
+                    ]
                 self._s._notes(applied.notes)
         self._identified()
         self._s._ask(ddm.FeatRequest(), "feat", "FEAT", now)
@@ -156,6 +173,7 @@ class Conversation:
         if self._s.state == "identifying":
             self._s._goto("identified")
         self._s.identified = True
+        self._s.attach.released("its connection was reopened")
         self._s._out.append(Changed(renamed=True))
 
     def _check_heap_probe(self, own: Own) -> None:

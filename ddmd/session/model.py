@@ -351,7 +351,7 @@ class VmModel:
             )
             if out.renamed:
                 out.notes.append(
-                    Note("vm.app_renamed", fields=(("app", self.app), ("package", self.package)))
+                    Note("vm.renamed", fields=(("app", self.app), ("package", self.package)))
                 )
         elif isinstance(chunk, ddm.WaitForDebugger):
             out.waiting = not self.waiting

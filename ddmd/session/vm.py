@@ -287,7 +287,7 @@ class VmSession:
         self._heap_info_subscribed = False
         if reopened:
             self.reconnects += 1
-            self._log("vm.reconnected")
+            self._log("vm.reconnected", "debug")  # a step of a release (attach.py)
         self._out += self.router.connected()
         for debugger in list(self._waits):
             if debugger in self.router.connected_consumers():

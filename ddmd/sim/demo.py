@@ -8,6 +8,17 @@ get no reply at all), a Dalvik-era app in the 2007 draft formats (empty replies)
 Android 12+ app whose thread and heap handlers are gone (ddmd shows that plainly). All three
 can be method-traced; the first two also give heap dumps and allocation lists, and the
 Android 12+ app lacks those handlers, as a current phone does (`ddmd.sim.ddms`).
+
+What it prints (stderr): one line naming the VMs' ports, then, once the daemon has found and
+named the three VMs (at most `HINTS_WAIT` seconds), the commands to try and the web page's
+address, last, so that they do not scroll away. The log stays at warning level unless ``-v``
+(``ddmd demo`` in ``cli.main``).
+
+adb: the demo needs no device. With ``[adb] enabled = "auto"`` (the default) it runs with adb
+off, so it never starts an adb server (ddmd's discovery, its logcat and its adb front would each
+start one when none answers, and an adb server outlives the program that started it). With
+``"on"`` adb is used, and an adb server that did not answer before the demo but answers when
+it ends was started by it: the demo stops it (``host:kill``, what ``adb kill-server`` sends).
 """
 
 from __future__ import annotations
@@ -22,12 +33,19 @@ import click
 import trio
 
 from ddmd import daemon
-from ddmd.config import Config, find_config_file
+from ddmd.config import Config, find_config_file, is_loopback_host
 from ddmd.errors import ConfigError
+from ddmd.protocol.adbrequests import request
+from ddmd.registry import VmRegistry
 from ddmd.sim.config import SimConfig
 from ddmd.sim.vm import SimVm
 
 MAIL = "com.example.mail"
+#: Seconds to wait for the daemon to name the demo's VMs before the hints are printed anyway.
+HINTS_WAIT = 15.0
+#: Seconds for one exchange with the adb server (is one there? stop it).
+ADB_TIMEOUT = 2.0
+_UNNAMED = ("", "<pre-initialized>")
 
 DEMO_VMS = (
     # ART 9+ (flavor "art", the default)
@@ -71,7 +89,25 @@ def free_scan_ports(config: Config, count: int) -> list[int]:
     )
 
 
+def demo_config(config: Config) -> Config:
+    """The config the demo runs: adb off unless the config file turns it on explicitly."""
+    if config.adb.enabled == "auto":
+        return replace(config, adb=replace(config.adb, enabled="off"))
+    return config
+
+
 async def run_demo(config: Config) -> None:
+    config = demo_config(config)
+    adb_was_up = await adb_server_answers(config) if _uses_local_adb(config) else None
+    try:
+        await _run(config)
+    finally:
+        if adb_was_up is False:
+            with trio.CancelScope(shield=True):
+                await _stop_adb_server_if_up(config)
+
+
+async def _run(config: Config) -> None:
     ports = free_scan_ports(config, len(DEMO_VMS))
     sims = [
         SimVm(replace(c, host=config.scan.host, port=p))
@@ -89,26 +125,60 @@ async def run_demo(config: Config) -> None:
             nursery.cancel_scope.cancel()
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
-        if started.control is not None:
-            control = "http://{}:{}/".format(*started.control)
-        else:
-            control = f"unix socket {started.control_socket}"
+        adb = "" if config.adb.enabled != "off" else "; adb off (no device needed)"
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}; control API {control}",
+            f"{', '.join(map(str, ports))}{adb}; the commands to try follow once ddmd has "
+            "found them",
             err=True,
         )
-        for line in hint_lines(config, started.current_port):
+        # The hints come last: after the daemon has found and named every VM (its log lines
+        # about them, if any are shown, come first).
+        await _until_named(started.registry, [f"tcp:{port}" for port in ports], HINTS_WAIT)
+        web = None
+        if started.control is not None:
+            host, port = started.control
+            web = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+        for line in hint_lines(config, started.current_port, web=web):
             click.echo(line, err=True)
 
 
-def hint_lines(config: Config, current_port: int) -> list[str]:
-    """What to try next: one command per line, ready to paste into a shell.
+async def _until_named(registry: VmRegistry, ids: list[str], limit: float) -> None:
+    """Until the registry knows every VM of ``ids`` ready and named, or ``limit`` s passed."""
+    wake = [trio.Event()]
+
+    def noticed(_kind: str, _key: str) -> None:
+        wake[0].set()
+
+    with registry.subscribe(noticed), trio.move_on_after(limit):
+        while not _all_named(registry, ids):
+            await wake[0].wait()
+            wake[0] = trio.Event()
+
+
+def _all_named(registry: VmRegistry, ids: list[str]) -> bool:
+    for vm_id in ids:
+        handle = registry.get(vm_id)
+        if handle is None:
+            return False
+        snapshot = handle.snapshot()
+        if snapshot.state != "ready" or (snapshot.app or "") in _UNNAMED:
+            return False
+    return True
+
+
+def hint_lines(config: Config, current_port: int, *, web: str | None = None) -> list[str]:
+    """What to try next: one command per line, ready to paste into a shell; the web page's
+    address (``web``) last.
 
     The only other lines are comments starting with '#'. The client commands name the
     config file when they would not find the demo's one by themselves.
     """
     option = _config_option(config)
+    if web is not None:
+        last = f"# Or open the web page: {web}  (Ctrl-C here stops the demo)"
+    else:
+        last = "# No web page: [control] tcp is off (Ctrl-C here stops the demo)"
     return [
         "# In another terminal, try:",
         f"ddmd clients{option}",
@@ -121,7 +191,52 @@ def hint_lines(config: Config, current_port: int) -> list[str]:
         f"# port {current_port}: no current VM \u2014 'ddmd select TARGET', e.g.:",
         f"ddmd select {MAIL}{option}",
         f"jdb -attach localhost:{current_port}",
+        last,
     ]
+
+
+# ------------------------------------------------------------------------------ adb server
+
+
+def _uses_local_adb(config: Config) -> bool:
+    """adb is on, for a server ddmd may start (only ever on a loopback host)."""
+    return config.adb.enabled != "off" and is_loopback_host(config.adb.host)
+
+
+async def _adb_exchange(config: Config, service: str) -> bytes | None:
+    """Send one host request to the adb server; its 4-byte status, None when none answers."""
+    try:
+        with trio.fail_after(ADB_TIMEOUT):
+            stream = await trio.open_tcp_stream(config.adb.host, config.adb.port)
+            async with stream:
+                await stream.send_all(request(service))
+                status = b""
+                while len(status) < 4:
+                    data = await stream.receive_some(4 - len(status))
+                    if not data:
+                        break
+                    status += data
+                return status
+    except (OSError, trio.TooSlowError, trio.BrokenResourceError):
+        return None
+
+
+async def adb_server_answers(config: Config) -> bool:
+    """Whether an adb server answers ``host:version`` at ``[adb] host:port``."""
+    return await _adb_exchange(config, "host:version") == b"OKAY"
+
+
+async def _stop_adb_server_if_up(config: Config) -> None:
+    """No adb server answered when the demo started: one that answers now was started by it
+    (ddmd's discovery, logcat or adb front); stop it as ``adb kill-server`` would."""
+    if not await adb_server_answers(config):
+        return
+    status = await _adb_exchange(config, "host:kill")
+    where = f"{config.adb.host}:{config.adb.port}"
+    if status == b"OKAY":
+        click.echo(f"ddmd demo: stopped the adb server it started ({where})", err=True)
+    else:
+        click.echo(f"ddmd demo: could not stop the adb server it started ({where})", err=True)
 
 
 def _config_option(config: Config) -> str:

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import structlog
 import trio
 from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
 from ddmd import daemon
 from ddmd.config import Config, parse_config
+from ddmd.logs import CONTEXT_PROCESSORS
 from ddmd.protocol.ddm import ChunkType, HeloReply, encode_chunk
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.jdwp import (
@@ -489,13 +489,14 @@ async def monitor(
 ) -> AsyncIterator[Harness]:
     """Run the daemon (scanning ``ports``) and a nursery for peers; stop both at the end.
 
-    Logs are captured with ``merge_contextvars`` first, as ``ddmd.logs.configure`` does, so
-    context bound with ``bound_contextvars`` shows up as it would in production.
+    Logs are captured with ``ddmd.logs.CONTEXT_PROCESSORS`` first, as ``ddmd.logs.configure``
+    does, so context bound with ``bound_contextvars`` and a VM's app and pid show up as they
+    would in production.
     """
     config = make_config(ports, tmp_path, **sections)
     config_file = tmp_path / "client.toml"  # the CLI reads no user config in tests
     config_file.write_text("")
-    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+    with capture_logs(processors=list(CONTEXT_PROCESSORS)) as logs:
         async with trio.open_nursery() as outer, trio.open_nursery() as peers:
             started: daemon.Started = await outer.start(
                 partial(daemon.run, config, install_signal_handlers=False)

@@ -67,7 +67,7 @@ async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
             assert hello["package"] == (None if draft else "<pre-initialized>")
             # APNM after apnm_delay renames it.
             vm = await h.wait_vm(vm_id(port), lambda v: v["app"] == "com.example.late")
-            renamed = await h.wait_event("vm.app_renamed", vm=vm_id(port))
+            renamed = await h.wait_event("vm.renamed", vm=vm_id(port))
             assert renamed["app"] == "com.example.late"
 
             assert vm.keys() >= REQUIRED_KEYS

@@ -485,7 +485,7 @@ async def test_current_vm_follows_a_waiting_app_through_its_naming(named_by, jdk
             assert chosen["id"] == vm_id(waiting)
             named = await h.wait_vm(vm_id(waiting), lambda v: v["app"] == app, timeout=WAIT)
             if named_by == "APNM":
-                assert h.events("vm.app_renamed", vm=vm_id(waiting))
+                assert h.events("vm.renamed", vm=vm_id(waiting))
             after = await current(h)
             assert after is not None, "the current VM was lost when the VM got its name"
             assert after["id"] == vm_id(waiting)

@@ -675,7 +675,7 @@ def test_a_departure_is_logged_with_what_was_released() -> None:
         << SendToDebugger(1, composite(ALL, bp(5)))
         >> DebuggerLeft(1, "killed")
         << CloseDebugger(1, "left")
-        << Log("debugger.released", fields={"debugger": 1, "requests": 1, "suspensions": 1})
+        << Log("debugger.released", "debug", {"debugger": 1, "requests": 1, "suspensions": 1})
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
         << SendToVm(cmd(4, RESUME))
     )
