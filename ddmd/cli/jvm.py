@@ -70,8 +70,10 @@ def format_stack_any(body: dict[str, Any]) -> str:
     """One thread: a plain JVM's block of its thread dump, else `format_stack`."""
     if not body.get("text"):
         return format_stack(body)
-    name = body.get("thread_name")
-    thread = f"{body.get('thread_id')} ({name})" if name else str(body.get("thread_id"))
+    name, number = body.get("thread_name"), body.get("thread_id")
+    thread = f"{number} ({name})" if name else str(number)
+    if number is None:  # one of the JVM's own threads (GC, compiler): no Java thread id
+        thread = repr(name)
     return f"thread {thread} of VM {vm_label(body['vm'])}:\n{body['text'].rstrip()}"
 
 
