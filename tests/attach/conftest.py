@@ -124,6 +124,11 @@ class Jvm(ProcessLines):
         return any(text in line for line in self.lines)
 
 
+def _forget_socket(pid: int) -> None:
+    """A killed JVM leaves its attach socket in /tmp (a new JVM of that pid would replace it)."""
+    Path(f"/tmp/.java_pid{pid}").unlink(missing_ok=True)
+
+
 @asynccontextmanager
 async def run_quiet(
     classes: Path,
@@ -168,3 +173,4 @@ async def run_quiet(
     finally:
         if process.returncode is None:
             process.kill()
+        _forget_socket(process.pid)
