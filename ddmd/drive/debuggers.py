@@ -42,6 +42,8 @@ from ddmd.toolnames import peer_process
 __all__ = ["DEBUGGER_BUDGET", "RECEIVE_SIZE", "DebuggerSide"]
 
 RECEIVE_SIZE = 65536
+#: How DDM clients that are not VMs (``ddmd.client``: ``ddmd sysmon``) name their "VM".
+CLIENT_IDENT = "ddmd.client "
 #: The name of a front forward's client that cannot be looked up (another user's, gone).
 FORWARD_TOOL = "adb forward"
 #: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
@@ -250,6 +252,8 @@ class DebuggerSide:
         key = self.selection_key()
         if key is None:
             return
+        if (self._session.model.vm_ident or "").startswith(CLIENT_IDENT):
+            return  # a DDM client that is no VM (ddmd sysmon): nothing to debug
         self._port_key = key
         self._nursery.start_soon(self._serve_port, key)
 

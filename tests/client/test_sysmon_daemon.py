@@ -84,3 +84,5 @@ async def test_the_api_serves_what_proc_says_and_clients_names_the_monitor(tmp_p
             assert row.rstrip().endswith("system monitor")
             vms = await h.vms()
             assert [v["kind"] for v in vms if v["id"] == vm] == ["system monitor"]
+            # Nothing to debug: a DDM client that is no VM gets no debugger port (issue 20).
+            assert [v["debugger_port"] for v in vms if v["id"] == vm] == [None]
