@@ -382,7 +382,10 @@
       if (vm.current) tr.classList.add("current");
 
       const currentCell = el("td", { cls: "current-cell" });
-      if (vm.current) {
+      if (vm.kind && vm.kind !== "VM") {
+        // A DDM client that is no VM (ddmd sysmon): nothing to debug, nothing to make current.
+        currentCell.appendChild(el("span", { cls: "muted small", text: vm.kind }));
+      } else if (vm.current) {
         currentCell.appendChild(el("span", { cls: "badge current", text: "● current" }));
       } else {
         const button = el("button", { cls: "small select", text: "Make current", title: "Debuggers on the current-VM port will reach this VM" });
@@ -1771,7 +1774,9 @@
     $("allocs-start").disabled = !usable("allocs") || tracking === true;
     $("allocs-stop").disabled = !usable("allocs") || tracking === false;
     $("allocs-refresh").disabled = !usable("allocs");
-    $("kill").disabled = !usable("kill");
+    const shownVm_ = shownVm();
+    // A DDM client that is no VM (ddmd sysmon) is not killed from here.
+    $("kill").disabled = !usable("kill") || Boolean(shownVm_ && shownVm_.kind && shownVm_.kind !== "VM");
   }
 
   function renderProfiling(body) {
