@@ -283,7 +283,7 @@ def _story(page: Any, base: str, config: Path, requests: list[tuple[float, str]]
     assert len(colours) >= 4  # free plus several kinds: not a blank picture
     assert page.evaluate("() => document.querySelector('#heap-img').naturalHeight") == 512
     assert page.locator("#legend li").count() >= 8
-    assert "Fragmentation" in page.locator("#heap-summary").inner_text()
+    assert "outside the largest run" in page.locator("#heap-summary").inner_text()
 
     page.locator("#gc").click()
     page.wait_for_function(
