@@ -1,38 +1,20 @@
 """Client commands of the `ddmd` CLI over the control API: clients, devices, threads, heap, gc,
-select, stack; and the plumbing every client command shares (the daemon's address, one httpx
-client per command, API errors turned into one line and an exit code). `ddmd ports` and
-`ddmd events` live in `cli.ports` and `cli.events` and use this plumbing.
+select, stack; and `run_with_api`, which every client command runs its work with (one httpx
+client per command, API errors turned into one line and an exit code). `ddmd ports`,
+`ddmd events`, `ddmd logcat` and the DDMS commands live in their own modules and use it.
 
-Layer: imports config, errors, netaddr and `cli.format`, and httpx/trio lazily so that
-`ddmd --version` stays light; `cli.main` registers the commands on its group. No protocol
-code: everything comes from the daemon's JSON.
+The shared plumbing (the daemon's address, `Api`, TARGET or the current VM, the options) is in
+`cli.api` and the exit-code table in `cli.exits`; both are re-exported here, where the other
+modules and the tests import them from.
+
+Layer: imports `cli.api`, `cli.exits`, `cli.format` and `cli.jvm`, and httpx/trio lazily so that
+`ddmd --version` stays light; `cli.main` registers the commands on its group. No protocol code:
+everything comes from the daemon's JSON.
 
 Every command takes `--config FILE` (where to read `[control] host/port/token/socket`),
 `--control HOST:PORT` (overrides the address) and `--device SERIAL` (narrows pid/name targets to
-one adb device). `--json` prints the API's JSON unchanged. Without `--control`, the daemon's unix
-socket (`[control] socket`) is used when it exists, or when `[control] tcp = false`; otherwise
-TCP. A command about one VM takes TARGET, or without it the current VM (`vm_of`), as adb
-takes its only device.
-
-Exit codes: one table for every `ddmd` command (the README's "Exit codes"; each command and
-situation is checked by tests/control/test_exit_codes.py), whatever the output format:
-
-    0  done; also an empty list, a GC the VM did not confirm, and Ctrl-C ending --watch,
-       `events` or `logcat` (and the daemon stopping during `events`)
-    1  the VM or the daemon refused, or could not do it: the feature is not available for this
-       VM (`threads`, `heap` and `allocs --status` too, though they print the reason as their
-       answer), the VM went away, no answer in time, a bad token; or a file could not be read
-       or written (`hprof-summary`, `trace-report`, a download, hprof-conv)
-    2  the command line names nothing usable: usage errors and bad option values, an unknown or
-       ambiguous TARGET, THREAD, APP or --device (the candidates follow, one per line), no
-       TARGET while no VM is current, a bad config file
-    3  no daemon is answering at the control address
-    4  `run`/`demo` only: a ddmd already runs for this control address (`cli.main`)
-
-Why this split: it is the table this module always had (the most commands), click's own 2 for
-usage errors, and `cli.main`'s 4; "not available" joins the other refusals (a script that asks
-for threads learns that it got none), and a file that cannot be read is work that failed (1),
-while an `-o` into a missing directory is refused with the command line, before any work (2).
+one adb device). `--json` prints the API's JSON unchanged. A command about one VM takes TARGET,
+or without it the current VM, as adb takes its only device. Exit codes: `cli.exits`.
 
 Test seam: `make_transport()` returns the httpx transport every command uses (None = the
 network); tests replace it to route the commands to an in-process app.
@@ -40,17 +22,35 @@ network); tests replace it to route the commands to an in-process app.
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import click
 
+from ddmd.cli.api import (
+    API,
+    CONNECT_TIMEOUT,
+    NO_CURRENT_VM,
+    READ_TIMEOUT,
+    TOKEN_HINT,
+    Api,
+    DaemonAddress,
+    Failure,
+    client_options,
+    config_option,
+    current_vm,
+    daemon_address,
+    fail,
+    json_option,
+    no_daemon,
+    target_argument,
+    target_id,
+    vm_of,
+)
+from ddmd.cli.exits import EXIT_API_ERROR, EXIT_CONFIG, EXIT_NO_DAEMON, EXIT_OK, EXIT_TARGET
 from ddmd.cli.format import (
     adb_off_message,
     format_clients,
@@ -61,25 +61,27 @@ from ddmd.cli.format import (
     show,
 )
 from ddmd.cli.jvm import format_gc_any, format_heap_any, format_stack_any, format_stacks, stacks_of
-from ddmd.config import find_config_file, load_config
-from ddmd.errors import ConfigError
-from ddmd.netaddr import connectable, host_port
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "API",
+    "CONNECT_TIMEOUT",
     "EXIT_API_ERROR",
     "EXIT_CONFIG",
     "EXIT_NO_DAEMON",
     "EXIT_OK",
     "EXIT_TARGET",
     "NO_CURRENT_VM",
+    "READ_TIMEOUT",
+    "TOKEN_HINT",
     "VM_COMMANDS",
     "Api",
     "DaemonAddress",
     "Failure",
     "app_name",
+    "client_options",
     "clients",
     "config_option",
     "current_vm",
@@ -88,28 +90,19 @@ __all__ = [
     "fail",
     "gc",
     "heap",
+    "json_option",
     "make_transport",
+    "no_daemon",
     "run_with_api",
     "select",
     "stack",
+    "target_argument",
     "threads",
     "vm_of",
 ]
 
-EXIT_OK = 0
-EXIT_API_ERROR = 1
-EXIT_TARGET = 2
-EXIT_CONFIG = 2
-EXIT_NO_DAEMON = 3
+SEGMENTS_READ_TIMEOUT = 30.0  # seconds; a heap dump: enable HPSG, GC, wait for every segment
 
-#: Seconds; connect covers "is a daemon there at all", read the daemon's own work.
-CONNECT_TIMEOUT = 2.0
-READ_TIMEOUT = 10.0
-SEGMENTS_READ_TIMEOUT = 30.0  # a heap dump: enable HPSG, GC, wait for every segment
-
-API = "/api/v1"
-
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
@@ -119,182 +112,6 @@ def make_transport() -> httpx.AsyncBaseTransport | None:
     Tests replace this function (e.g. with one returning ``httpx.ASGITransport(app)``).
     """
     return None
-
-
-# --------------------------------------------------------------------------------------------------
-# Failures and the control address
-
-
-class Failure(Exception):
-    """Ends a command with one line on stderr (then `details`, one per line) and an exit code."""
-
-    def __init__(self, message: str, code: int, details: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.details = tuple(details)
-
-
-def fail(command: str, message: str, code: int, details: Sequence[str] = ()) -> NoReturn:
-    click.echo(f"ddmd {command}: {' '.join(message.split())}", err=True)
-    for detail in details:
-        click.echo(f"  {' '.join(detail.split())}", err=True)
-    raise click.exceptions.Exit(code)
-
-
-def no_daemon(base: str) -> Failure:
-    """The failure for "nothing answers at the control address"."""
-    return Failure(
-        f"no daemon is answering at {base} (start it with 'ddmd run', or pass --control HOST:PORT)",
-        EXIT_NO_DAEMON,
-    )
-
-
-def _is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-#: Added to a 401 answer's message.
-TOKEN_HINT = " (set [control] token in the config file, or pass --config)"
-
-
-def _no_candidates(body: dict[str, Any]) -> str:
-    """What an empty candidate list means, for the error that came with it."""
-    if "thread" in body:
-        return "the VM has reported no threads"
-    if "app" in body:
-        return "no debugger ports are remembered"
-    return "no VMs are known to the daemon"
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonAddress:
-    """Where the daemon is and how to talk to it."""
-
-    base_url: str
-    token: str
-    device: str | None
-    uds: str | None = None  # the daemon's unix socket, when the commands go through it
-    # From the same config: where debuggers connect (a daemon's health answer says better).
-    debugger_host: str = "127.0.0.1"
-    current_port: int | None = None
-
-    @property
-    def shown(self) -> str:
-        """Where the daemon is, for messages."""
-        return self.base_url if self.uds is None else f"unix socket {self.uds}"
-
-
-def _parse_control(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise click.BadParameter(
-            f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8710 or [::1]:8710)",
-            param_hint="'--control'",
-        )
-    return host, int(port)
-
-
-def daemon_address(
-    command: str, config_file: str | None, control: str | None, device: str | None
-) -> DaemonAddress:
-    try:
-        config = load_config(find_config_file(config_file, os.environ), env=os.environ)
-    except ConfigError as err:
-        fail(command, str(err), EXIT_CONFIG)
-    host, port = config.control.host, config.control.port
-    uds: str | None = None
-    if control is not None:
-        host, port = _parse_control(control)
-    elif config.control.socket is not None:
-        # The unix socket is the way in when it is there (or when TCP is off: then a missing
-        # socket is named in the "no daemon" message).
-        path = os.fspath(config.control.socket)
-        if _is_socket(path) or not config.control.tcp:
-            uds = path
-    # Through the socket too: the Host header names loopback (the API's Host rule).
-    base = f"http://{host_port(connectable(host), port)}"
-    return DaemonAddress(
-        base,
-        config.control.token,
-        device or None,
-        uds,
-        debugger_host=config.debugger.host,
-        current_port=config.debugger.current_port,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# HTTP
-
-
-class Api:
-    """One httpx.AsyncClient for a command; every call returns decoded JSON or raises Failure."""
-
-    def __init__(self, client: httpx.AsyncClient, address: DaemonAddress) -> None:
-        self.client = client
-        self.address = address
-
-    @staticmethod
-    def vm_path(target: str, suffix: str = "") -> str:
-        return f"{API}/vms/{quote(target, safe='/')}{suffix}"
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | Sequence[str]] | None = None,
-        read_timeout: float = READ_TIMEOUT,
-    ) -> Any:
-        import httpx
-
-        query: dict[str, str | Sequence[str]] = dict(params or {})
-        if self.address.device is not None:
-            query["device"] = self.address.device
-        base = self.address.shown
-        timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=read_timeout)
-        try:
-            response = await self.client.request(method, path, params=query, timeout=timeout)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
-            raise no_daemon(base) from None
-        except httpx.TimeoutException:
-            raise Failure(
-                f"the daemon at {base} did not answer within {read_timeout:g} s", EXIT_API_ERROR
-            ) from None
-        except httpx.TransportError as exc:
-            raise Failure(
-                f"talking to {base} failed: {type(exc).__name__}: {exc}", EXIT_API_ERROR
-            ) from None
-        try:
-            body = response.json()
-        except ValueError:
-            raise Failure(
-                f"{base} did not answer like a ddmd daemon "
-                f"(HTTP {response.status_code}, {response.headers.get('content-type', '?')})",
-                EXIT_API_ERROR,
-            ) from None
-        if response.is_success:
-            return body
-        error = body.get("error") if isinstance(body, dict) else None
-        message = str(error) if error else f"HTTP {response.status_code}"
-        if response.status_code in (404, 409) and isinstance(body, dict) and "candidates" in body:
-            candidates = [str(c) for c in body["candidates"] or []]
-            if not candidates:
-                # A message that ends in its own "(...)" already says why there are none
-                # ("no device X (devices: ...)").
-                if not message.endswith(")"):
-                    message += f" ({_no_candidates(body)})"
-                raise Failure(message, EXIT_TARGET)
-            message += ":" if response.status_code == 409 else "; candidates:"
-            raise Failure(message, EXIT_TARGET, candidates)
-        if response.status_code == 401:
-            message += TOKEN_HINT
-        raise Failure(message, EXIT_API_ERROR)
 
 
 def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awaitable[T]]) -> T:
@@ -324,52 +141,6 @@ def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awai
         fail(command, failure.message, failure.code, failure.details)
 
 
-# --------------------------------------------------------------------------------------------------
-# TARGET, or the current VM
-
-#: What a command without TARGET says when no VM is current (exit 2).
-NO_CURRENT_VM = (
-    "no TARGET given and no VM is current: name one (see 'ddmd clients'), or make one "
-    "current with 'ddmd select TARGET'"
-)
-
-
-def _vm_in(body: Any, what: str) -> dict[str, Any]:
-    vm = body.get("vm") if isinstance(body, dict) else None
-    if not isinstance(vm, dict) or not isinstance(vm.get("id"), str):
-        raise Failure(f"the daemon's answer for {what} names no VM", EXIT_API_ERROR)
-    return vm
-
-
-async def current_vm(api: Api) -> dict[str, Any]:
-    """The current VM's JSON (``GET /api/v1/current``), for a command whose TARGET was left
-    out; exit 2 when no VM is current, or when it is not on the ``--device`` asked for."""
-    body = await api.call("GET", f"{API}/current")
-    if not isinstance(body, dict) or body.get("vm") is None:
-        raise Failure(NO_CURRENT_VM, EXIT_TARGET)
-    vm = _vm_in(body, "the current VM")
-    device = api.address.device
-    if device and vm.get("device") != device:
-        raise Failure(
-            f"the current VM ({vm.get('name') or vm['id']}) is not on device {device}: "
-            "give a TARGET",
-            EXIT_TARGET,
-        )
-    return vm
-
-
-async def vm_of(api: Api, target: str | None) -> dict[str, Any]:
-    """The VM's JSON: TARGET's (``GET /api/v1/vms/TARGET``), or the current VM's without one."""
-    if target is None:
-        return await current_vm(api)
-    return _vm_in(await api.call("GET", api.vm_path(target)), repr(target))
-
-
-async def _vm_id(api: Api, target: str | None) -> str:
-    """TARGET as the API takes it, or the current VM's id without one."""
-    return target if target is not None else str((await current_vm(api))["id"])
-
-
 def no_current_line(port: object) -> str:
     """What `ddmd clients` (and `ddmd demo`, and the web page) say while VMs are known and none
     is current: a debugger on the current-VM port would be turned away."""
@@ -385,39 +156,6 @@ def _lacks(vm: Mapping[str, Any], *features: str) -> bool:
 
 # --------------------------------------------------------------------------------------------------
 # Commands
-
-
-#: ``--config FILE``: every command that reads the config file (client commands, run, demo).
-config_option = click.option(
-    "--config",
-    "config_file",
-    metavar="FILE",
-    type=click.Path(path_type=str),
-    default=None,
-    help="Config file (default: $DDMD_CONFIG, then ~/.config/ddmd/config.toml, else built-in).",
-)
-
-
-def client_options(func: F) -> F:
-    """--config, --control and --device, shared by every client command."""
-    func = click.option(
-        "--device",
-        metavar="SERIAL",
-        default=None,
-        help="Only match VMs on this adb device (for pid and name targets).",
-    )(func)
-    func = click.option(
-        "--control",
-        metavar="HOST:PORT",
-        default=None,
-        help="Control API address of the daemon (default: [control] host/port of the config).",
-    )(func)
-    return config_option(func)
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
-#: TARGET of a command about one VM: optional, the current VM without it.
-target_argument = click.argument("target", required=False)
 
 
 @click.command("clients", short_help="List the VMs the daemon knows, with their debugger ports.")
@@ -602,7 +340,7 @@ def threads(
 
         nonlocal unavailable
         frame = 0
-        path = api.vm_path(await _vm_id(api, target), "/threads")
+        path = api.vm_path(await target_id(api, target), "/threads")
         vm: dict[str, Any] | None = None  # the VM watched (--watch follows its app by name)
         while True:
             try:
@@ -657,7 +395,7 @@ def heap(
     where = daemon_address("heap", config_file, control, device)
 
     async def work(api: Api) -> Any:
-        path = api.vm_path(await _vm_id(api, target), "/heap")
+        path = api.vm_path(await target_id(api, target), "/heap")
         if segments:
             return await api.call(
                 "GET", path, params={"segments": "1"}, read_timeout=SEGMENTS_READ_TIMEOUT
@@ -687,7 +425,7 @@ def gc(
     where = daemon_address("gc", config_file, control, device)
 
     async def work(api: Api) -> Any:
-        return await api.call("POST", api.vm_path(await _vm_id(api, target), "/gc"))
+        return await api.call("POST", api.vm_path(await target_id(api, target), "/gc"))
 
     body = run_with_api("gc", where, work)
     show(body, as_json, format_gc_any)
@@ -740,7 +478,7 @@ def stack(
     target, thread = (None, words[0]) if len(words) == 1 else words
 
     async def work(api: Api) -> Any:
-        vm_id = await _vm_id(api, target)
+        vm_id = await target_id(api, target)
         if not thread.strip().isdigit():
             # A name is looked up in the thread list: ask for it now, so that a VM that has
             # none (no thread handlers) is known as such and says so once, in its words.

@@ -5,7 +5,7 @@ with ``--jdb``, jdb itself, attached.
 Layer: imports `cli.client` (the daemon's address, the httpx client, failures, exit codes, the
 current VM) and `cli.format`; no daemon code. Routes used: ``GET /api/v1/vms/TARGET`` (or
 ``GET /api/v1/current`` without TARGET) and ``GET /api/v1/health`` (the current-VM port as
-bound). Exit codes are `cli.client`'s table: 0; 1 the VM has no debugger port, or jdb is not
+bound). Exit codes are `cli.exits`' table: 0; 1 the VM has no debugger port, or jdb is not
 installed; 2 TARGET (or no current VM), usage; 3 no daemon. With ``--jdb`` this process becomes
 jdb (exec), so the exit status is jdb's.
 """

@@ -2,6 +2,7 @@
 
 Layer: imports `protocol.hprof` (the streaming reader), `cli.client` (the one-line failure)
 and `cli.format`. No daemon is involved: the file is read here, in pieces, never whole.
+`histogram_text` is the histogram `ddmd hprof` (`cli.ddms`) shows of the dump it brought back.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from ddmd.protocol.hprof import (
     summarise_file,
 )
 
-__all__ = ["EXIT_BAD_FILE", "format_histogram", "format_histogram_json", "hprof_summary"]
+__all__ = [
+    "EXIT_BAD_FILE",
+    "format_histogram",
+    "format_histogram_json",
+    "histogram_text",
+    "hprof_summary",
+]
 
 EXIT_BAD_FILE = 1
 
@@ -100,3 +107,26 @@ def hprof_summary(file: Path, top: int, as_json: bool) -> None:
         print_json({"file": str(file), **summary.to_json(limit)})
     else:
         click.echo(format_histogram(summary, limit, str(file)))
+
+
+def histogram_text(histogram: Any, dump: Path, top: int) -> tuple[str | None, str | None]:
+    """What `ddmd hprof` shows of ``dump``: the daemon's histogram when it has the rows asked
+    for, else the file's, read here. (the text, None), or (None, why it cannot be shown)."""
+    try:
+        if isinstance(histogram, dict):
+            rows = list(histogram["classes"])
+            whole = len(rows) >= int(histogram["class_count"])
+            if whole or (top and len(rows) >= top):
+                cut = rows[: top or None]
+                return format_histogram_json(
+                    {**histogram, "classes": cut, "shown": len(cut)}, str(dump)
+                ), None
+    except (KeyError, TypeError, ValueError):
+        pass
+    try:
+        summary = summarise_file(dump)
+    except HprofFormatError as err:
+        return None, f"{dump}: {err}"
+    except OSError as err:
+        return None, f"cannot read {dump}: {err.strerror or err}"
+    return format_histogram(summary, top or None, str(dump)), None

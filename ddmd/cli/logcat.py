@@ -15,7 +15,7 @@ connection is reopened with ``after=`` the last item seen, a few times, with a m
 without a name yet, or a workstation JVM (no device), is asked through its VM route once, so
 the daemon's own sentence is printed (exit 1, as for other features a VM lacks).
 
-Exit codes are `cli.client`'s: 0 (also Ctrl-C), 1 (the API said no, the stream could not be
+Exit codes are `cli.exits`': 0 (also Ctrl-C), 1 (the API said no, the stream could not be
 reopened), 2 (TARGET, usage), 3 (no daemon).
 """
 

@@ -5,7 +5,7 @@ Layer: the top; imports config, errors, logs, netaddr, instance (the "already ru
 and the client command modules, and the daemon lazily inside `ddmd run` (`sim.demo` inside
 `ddmd demo`, `sim.cli` for `ddmd sim`). No protocol code.
 Errors become one line on stderr and an exit code, from the one table of every command
-(`cli.client`'s docstring, the README's "Exit codes"):
+(`cli.exits`'s docstring, the README's "Exit codes"):
 
     0  success
     1  failure while running (a port in use, a VM or daemon problem)

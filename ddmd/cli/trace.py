@@ -6,9 +6,10 @@ time, by inclusive and by exclusive time, with call counts, for all threads (and
 
 Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser) and ``cli.format``/``cli.client``
 (tables, JSON, the one-line failure). It reads the file itself, in blocks, and needs no
-daemon. Exit codes (`cli.client`'s table): 0 success; 1 the file cannot be read, or is not a
+daemon. Exit codes (`cli.exits`' table): 0 success; 1 the file cannot be read, or is not a
 method trace ddmd can read (one line on stderr saying why), as `hprof-summary` says of a heap
-dump; 2 usage.
+dump; 2 usage. `trace_text` is the report `ddmd trace` (`cli.ddms`) shows of the trace it
+brought back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "per_thread_option",
     "report_json",
     "trace_report",
+    "trace_text",
     "verbose_option",
 ]
 
@@ -227,3 +229,58 @@ def trace_report(file: Path, top: int, per_thread: bool, verbose: bool, as_json:
         print_json(body)
     else:
         click.echo(format_report(body, per_thread=per_thread, verbose=verbose))
+
+
+# --------------------------------------------------------------------------------------------------
+# The report of a trace `ddmd trace` brought back
+
+
+def _trimmed_report(report: Any, top: int, file: str) -> dict[str, Any] | None:
+    """The daemon's trace report cut to ``top`` rows a table, or None when it has fewer rows
+    than asked for (then the file is read here)."""
+    if not isinstance(report, dict):
+        return None
+    server_top = report.get("top")
+    if not isinstance(server_top, int) or (server_top and (not top or server_top < top)):
+        return None
+    limit = top or None
+
+    def cut(ranking: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **ranking,
+            "by_inclusive": list(ranking["by_inclusive"])[:limit],
+            "by_exclusive": list(ranking["by_exclusive"])[:limit],
+        }
+
+    try:
+        return {
+            **report,
+            "file": file,
+            "top": top,
+            "all_threads": cut(report["all_threads"]),
+            "threads": [cut(thread) for thread in report["threads"]],
+        }
+    except (KeyError, TypeError):
+        return None
+
+
+def trace_text(
+    stopped: dict[str, Any], dest: Path, top: int, per_thread: bool = False, verbose: bool = False
+) -> tuple[str | None, str | None]:
+    """What `ddmd trace` shows of the trace it stopped and wrote to ``dest``: the daemon's
+    report when it has the rows asked for, else the file's. (the report, None), or (None, why
+    it cannot be shown)."""
+    body = _trimmed_report(stopped.get("report"), top, str(dest))
+    if body is not None:
+        try:
+            return format_report(body, per_thread=per_thread, verbose=verbose), None
+        except (KeyError, TypeError, IndexError):
+            pass
+    try:
+        profile = load_profile(dest)
+    except OSError as exc:
+        return None, f"cannot read {dest}: {exc.strerror or exc}"
+    except TraceFormatError as exc:
+        return None, f"{dest}: {exc}"
+    report = report_json(profile, top=top, file=str(dest))
+    return format_report(report, per_thread=per_thread, verbose=verbose), None
