@@ -81,6 +81,7 @@ from ddmd.protocol.jdwpevents import (
     encode_object_id,
 )
 from ddmd.session.commands import Command, Log
+from ddmd.session.lanes import BRIDGE, keys_of
 from ddmd.session.split import Request, split
 from ddmd.session.suspensions import ALL_THREADS, RESUME_ALL, Ledger, Op, Suspension, ThreadSet
 
@@ -101,34 +102,13 @@ _F_NEED_SUSPENDED: Final = frozenset({1, 2, 3, 4})
 THREAD_NOT_SUSPENDED: Final = 13
 _SET, _CLEAR, _CLEAR_ALL_BREAKPOINTS = 1, 2, 3
 
-#: (command set << 8 | command) of every debugger command these rules look at.
-BRIDGED: Final = frozenset(
-    (cs << 8) | c
-    for cs, c in (
-        (VM, VirtualMachineCommand.SUSPEND),
-        (VM, VirtualMachineCommand.RESUME),
-        (VM, VirtualMachineCommand.EXIT),
-        (VM, VirtualMachineCommand.HOLD_EVENTS),
-        (VM, VirtualMachineCommand.RELEASE_EVENTS),
-        (THREAD, _T_SUSPEND),
-        (THREAD, _T_RESUME),
-        (THREAD, _T_SUSPEND_COUNT),
-        (THREAD, _T_STATUS),
-        *((THREAD, c) for c in _T_NEED_SUSPENDED),
-        *((STACK_FRAME, c) for c in _F_NEED_SUSPENDED),
-        (REQUEST, _SET),
-        (REQUEST, _CLEAR),
-        (REQUEST, _CLEAR_ALL_BREAKPOINTS),
-    )
-)
+#: (command set << 8 | command) of every debugger command these rules look at: the ``bridge``
+#: entries of the one slow-lane table (``lanes.SLOW_LANE``, each with its reason).
+BRIDGED: Final = keys_of(BRIDGE)
 
 #: Of those, the ones that matter only while several debuggers are attached (what a debugger
 #: sees of threads others hold); with one debugger they go straight to the VM.
-SHARED_VIEW: Final = frozenset(
-    [(THREAD << 8) | _T_STATUS]
-    + [(THREAD << 8) | c for c in _T_NEED_SUSPENDED]
-    + [(STACK_FRAME << 8) | c for c in _F_NEED_SUSPENDED]
-)
+SHARED_VIEW: Final = keys_of(BRIDGE, several=True)
 
 MAX_HELD_EVENTS: Final = 4096
 MAX_RETIRED: Final = 4096

@@ -3,7 +3,8 @@ bridge's rules, DDM requests through ``ddmshare``), their departure.
 
 Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router``: the fast
 lane for plain commands (``Router.relay_from_debugger``) stays there; everything else a
-consumer sends comes here.
+consumer sends comes here: the commands ``lanes.SLOW_LANE`` lists (each with its reason), and
+any packet the fast lane does not take whole (split, during a handshake, before the VM is ready).
 
     handshake ─▶ answered once the VM connection is ready; a debugger counts from here on
     DDM request ─▶ ddmshare: answered here (HELO, FEAT, a switch others keep on) or relayed

@@ -15,9 +15,12 @@ From the VM:
 From a debugger (``bridge.py`` holds the per-debugger rules):
 
     handshake ─▶ answered here, once the VM connection is ready
-    command ───▶ Dispose answered here; IDSizes from the cache; event requests, suspend and
-                 resume, hold and release of events through the bridge's rules; otherwise a
-                 fresh VM-side id from the one IdRewriter and SendToVm
+    command ───▶ the fast lane (``relay_from_debugger``) unless ``lanes.SLOW_LANE`` lists it:
+                 Dispose answered here; IDSizes and Version from the cache; event requests,
+                 suspend and resume, hold and release of events through the bridge's rules;
+                 DDM through ddmshare; otherwise a fresh VM-side id from the one IdRewriter
+                 and SendToVm. A reply takes the fast lane (``relay_from_vm``) unless the
+                 router reads it (``lanes.READ_REPLIES``, ids the bridge watches)
     reply ─────▶ dropped (a VM never expects replies)
 
 Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
@@ -51,11 +54,12 @@ from ddmd.protocol.jdwp import (
     VirtualMachineCommand,
     encode,
 )
-from ddmd.session.bridge import BRIDGE_ORIGIN, BRIDGED, SHARED_VIEW, Bridge
+from ddmd.session.bridge import BRIDGE_ORIGIN, Bridge
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
 from ddmd.session.intake import Intake
+from ddmd.session.lanes import READ_REPLIES, SHARED_KEYS, SLOW_KEYS, SLOW_SETS
 from ddmd.session.pieces import Pieces
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
@@ -239,7 +243,7 @@ class Router:
         if (
             pending is None
             or type(pending.origin) is not DebuggerOrigin
-            or pending.command_set == CommandSet.VIRTUAL_MACHINE
+            or (pending.command_set << 8) | pending.command in READ_REPLIES
             or vm_id in self.bridge.watch
         ):
             return None
@@ -461,12 +465,11 @@ class Router:
             length != len(data)
             or length > self.max_packet
             or flags != 0
-            or command_set == CommandSet.VIRTUAL_MACHINE
-            or command_set == _DDM
+            or command_set in SLOW_SETS
         ):
             return None
         key = (command_set << 8) | command
-        if key in BRIDGED and not (key in SHARED_VIEW and self.attached_count == 1):
+        if key in SLOW_KEYS or (key in SHARED_KEYS and self.attached_count != 1):
             return None
         consumer.packets_in += 1
         consumer.bytes_in += length
