@@ -1,89 +1,57 @@
-"""JDWP bridge benchmark: JDI round-trip latency and CPU, jdb attach time, 1 GiB relay memory.
+"""JDWP bridge benchmark: latency and CPU per operation of three workloads, jdb attach, 1 GiB.
 
-Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 2]
-[--count 2000] [--skip-big] [--profile]``
+Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 1]
+[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
-with javac into a temp dir at start. ``--quick`` is a smoke run (two phases, one round, 300 timed
-calls per session, under a minute in all); its figures are rough.
+with ``javac -g`` into a temp dir at start. ``--quick`` is a smoke run (one phase of three rounds,
+300 calls and 15 stops per session, well under a minute); its figures are rough.
 
-Round trips. ``RoundTrip.java`` is one long-lived JDI client (so every path is measured by the
-same warmed-up JVM): per session it attaches with ``com.sun.jdi.SocketAttach``, calls
-``ThreadReference.status()`` on the target's sleeping ``main`` thread WARMUP times untimed and
-COUNT times timed, then ``dispose()``. The paths, all measured in one interleaved run (the order
-rotates every round, so drift and order effects hit all paths alike):
+Workloads (``jdwp_load.py``): a raw blocking JDWP client in this process, the same on every path,
+one command at a time, times each operation: ``name()`` (ThreadReference.Name of the target's
+``main`` thread), ``allThreads()`` (VirtualMachine.AllThreads), and an IDE-like mix, one
+simulated breakpoint stop timed as a whole: VM.Suspend, AllThreads + Status of each thread,
+Frames of the stopped thread, ``this`` object's fields (a static frame: the thread object stands
+in), the locals with values (VariableTable + StackFrame.GetValues), one ClassesBySignature,
+VM.Resume (17 commands on JDK 17). Per session: a warm-up of each workload, then each timed.
 
-- direct:             JDI -> the JVM's JDWP port;
-- trio relay:         JDI -> a plain trio byte relay (this script in ``--relay`` mode, its own
-  process: ``receive_some``/``send_all`` both ways) -> the JVM;
-- socat:              JDI -> ``socat TCP-LISTEN:..,reuseaddr,fork TCP:..`` -> the JVM (when
-  installed);
-- ddmd:               JDI -> ddmd's current-VM port -> the JVM, found by ddmd's port scan and
-  selected through ``POST /api/v1/vms/{target}/select`` ("the scan path");
-- adb forward:        the plain adb stream. JDI -> the adb server's forward listener -> the JVM,
-  set up with the real ``adb -P PORT forward tcp:X jdwp:PID`` (Debian's adb client) against a
-  stand-in adb server (``fake_adb.py``, see below), which then relays every connection to the
-  pid as the real server relays it to the device. This is what a debugger gets from adb alone;
-- trio relay via adb: JDI -> the trio relay (``--relay-adb`` mode), which opens ``jdwp:PID``
-  through the stand-in adb server for each connection -> the JVM: a plain relay on the adb
-  path, the counterpart of "trio relay" on the scan path;
-- ddmd via adb:       JDI -> ddmd's per-VM debugger port -> ddmd's ``jdwp:PID`` stream through
-  the stand-in adb server -> the JVM. ddmd runs with ``[adb] enabled = "on"`` and that server's
-  port, and finds the VM by ``track-jdwp`` as it finds a phone's apps;
-- ddmlib via adb:     the reference. JDI -> the old ddmlib's per-VM debugger port -> ddmlib's
-  ``jdwp:PID`` stream through the stand-in adb server -> the JVM. ddmlib is Debian's
-  ``libandroid-ddms-java`` (ddmlib 25.x, what DDMS and Android Studio 2 used), driven by
-  ``java/DdmlibDriver.java`` (``AndroidDebugBridge`` with client support, per-VM port base and
-  "selected client" port set to free ports). Skipped, with a note, when its jars are missing.
-  ddmlib reopens its VM connection after each debugger leaves (about a second), so its attach
-  time includes that wait when the previous session on it was recent. BENCH_DDMLIB_LOG=debug
-  (or verbose) in the environment makes ddmlib log more, to its stderr.
+Paths, all measured in every round, the order rotating from round to round:
 
-There is no Android device here. ``fake_adb.py`` (a child process, one per owner so that ddmd
-and ddmlib each see only their own VM) speaks the adb host protocol and plays the device too:
-its device's ``jdwp:PID`` leads to a local JVM, the pid being the JVM's real pid. So on the adb
-paths the stand-in server's relay replaces the adb server + USB + adbd of a real phone; only
-differences between adb paths (ddmd's own hop = "ddmd via adb" - "adb forward") carry over to a
-real device, not the absolute figures.
+- direct:             client -> the JVM's JDWP port;
+- trio relay:         client -> a plain trio byte relay (this script, ``--relay``) -> the JVM;
+- socat:              client -> ``socat TCP-LISTEN:..,fork TCP:..`` -> the JVM (when installed);
+- ddmd:               client -> ddmd's current-VM port -> the JVM, found by ddmd's port scan
+  ("the scan path");
+- adb forward:        the plain adb stream: ``adb -P PORT forward tcp:X jdwp:PID`` (Debian's adb
+  client) on a stand-in adb server (``fake_adb.py``) that relays to the pid as a real server
+  relays to the device;
+- trio relay via adb: the trio relay opening ``jdwp:PID`` through the stand-in server;
+- ddmd via adb:       ddmd's per-VM debugger port -> ddmd's ``jdwp:PID`` stream through the
+  stand-in server (``[adb] enabled = "on"``, found by ``track-jdwp``);
+- ddmlib via adb:     the reference: Debian's ddmlib 25.x (``java/DdmlibDriver.java``) per-VM
+  debugger port -> its ``jdwp:PID`` stream through its own stand-in server. Skipped, with a note,
+  when its jars are missing. Sessions retry their connect while ddmlib reopens its VM.
 
-A JVM takes one JDWP connection at a time and ddmd and ddmlib keep theirs, so four identical
-JVMs (same program, same flags) are used, in four roles: "free" (direct, trio relay, socat,
-adb forward, trio relay via adb: one session at a time), "scan" (owned by ddmd through its
-scan), "adb" (owned by ddmd through adb) and "ddmlib" (owned by ddmlib). One ddmd process serves
-both the scan and the adb path. Each phase starts fresh ddmd, ddmlib and stand-in servers; the
-roles rotate over the JVMs from phase to phase (``--phases 4``: every JVM takes every role
-once), so a difference between the JVMs cancels out. Before timing, in the first phase, two
-sessions through ddmd that differ by 1000 calls are compared with ddmd's own packet counters
-(``debugger.detached`` log event), on the scan and on the adb path: each ``status()`` must be
-exactly one command and one reply.
+There is no device: only differences between adb paths (a hop = added latency minus the plain
+adb stream's) carry over to a real phone. Four identical JVMs take the roles "free" (direct,
+relays, socat, adb forward), "scan", "adb" and "ddmlib", rotated from phase to phase; each phase
+starts fresh ddmd, ddmlib, relays and stand-in servers, then runs ``--rounds`` rounds. In the
+first phase ddmd's own packet counters check that each name() is one command and one reply.
 
-CPU per round trip: for every session, the utime+stime of every process on its path (relays,
-socat, ddmd, the stand-in adb server, ddmlib's JVM; and, for reference, the target JVM and the
-JDI client) is read from /proc/PID/stat right before and right after the timed calls (the JDI
-client waits at both marks), summed over all sessions of the path and divided by their round
-trips. /proc counts in clock ticks (10 ms), so short runs (``--quick``) give coarse figures;
-the tick counts are printed.
+CPU: for every timed workload of every session, sum_exec_runtime (ns) of each process on the
+path, over its whole process tree: every /proc/PID/task/*/schedstat of the process and of its
+descendants (found by the ppid in /proc/*/stat, so socat's per-connection children count), read
+right before and after; divided by the operations. The target JVM's is printed for reference.
 
-jdb attach: the time from starting ``jdb -attach 127.0.0.1:PORT`` to its first ``>`` prompt
-(then ``quit``), direct vs through ddmd (scan path), one of each per round, interleaved.
-
-1 GiB packet: a fake VM (``--fake-vm`` mode: JDWP handshake, HELO -> error 99, Version, and a
-reply of exactly 2**30 bytes, header included, to VirtualMachine.AllClasses, streamed from one
-reusable buffer) behind a fresh ddmd, and a fake debugger here that sends AllClasses through the
-current-VM port and reads and discards the reply, checking its length and restored id. ddmd's
-VmHWM (/proc/PID/status) before and after, its VmRSS sampled meanwhile, and the throughput. When
-the relay fails with the default config, it runs once more with [debugger] queue_packets raised
-so that the debugger is never dropped, to show what then bounds ddmd's memory.
-
-Targets, as ratios within the run: on the scan path, ddmd's added median latency (over direct)
-at most 1.1x the trio relay's, and ddmd's CPU per round trip at most 1.1x the trio relay's; on
-the adb path, ddmd's own hop ("ddmd via adb" - "adb forward", medians) no more than ddmd's added
-latency on the scan path; attach through ddmd at most 1.5x direct; ddmd's RSS under 100 MB
-(10**6 bytes) while the 1 GiB packet is relayed. Comparisons with ddmlib and with the trio relay
-on the adb path are printed as information. Prints figures and PASS/MISS; asserts nothing.
-``--profile`` then measures ddmd and the trio relay once more over many round trips and, when
-py-spy is installed (``.venv/bin/pip install py-spy``), samples ddmd meanwhile and prints its
-hot spots.
+Figures: per round, each path's median latency per workload, its added latency (minus direct's
+median in the same round) and its CPU per operation. Each is printed as the median over rounds
+(min-max). Each ratio is the median of the per-round paired ratios (min-max); a verdict (PASS or
+MISS) is printed only when every round agrees, otherwise "no verdict". Targets, per workload:
+scan path, ddmd's added latency and its CPU per operation each <= 1.1x the trio relay's; adb
+path, ddmd's hop <= 1.5x ddmlib's. Also jdb attach (``jdb -attach`` to its first prompt, direct
+vs ddmd, once each per round) <= 1.5x, and ddmd's RSS < 100 MB while a 1 GiB reply (a fake VM,
+``--fake-vm``) is relayed. Asserts nothing. ``--profile`` then measures ddmd and the trio relay
+once more with the JDI client ``RoundTrip.java`` and, with py-spy installed, samples ddmd.
 """
 
 from __future__ import annotations
@@ -105,13 +73,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import IO
 
 from children import Child
+from jdwp_load import LABELS, WORKLOADS, Closed, Jdwp, delta_ns, run_ops, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -126,7 +95,7 @@ DDMLIB_LOG = os.environ.get("BENCH_DDMLIB_LOG", "warn")  # ddmlib's log level (t
 
 LATENCY_TARGET = 1.1  # added(ddmd) / added(trio relay), medians
 CPU_TARGET = 1.1  # CPU per round trip: ddmd / trio relay, scan path
-HOP_TARGET = 1.0  # ddmd's own hop on the adb path / ddmd's added latency on the scan path
+HOP_TARGET = 1.5  # adb path: ddmd's own hop / ddmlib's (each: added latency minus adb forward's)
 ATTACH_TARGET = 1.5  # jdb attach through ddmd / direct, medians
 RSS_TARGET_MB = 100.0  # ddmd's peak RSS while a 1 GiB packet is relayed
 MB = 1_000_000
@@ -240,7 +209,7 @@ def compile_java(out: Path, ddmlib_jars: Sequence[str]) -> str | None:
     """Compile bench/java into ``out``; DdmlibDriver only when ddmlib's jars are all there.
     Returns why the ddmlib path cannot run, or None."""
     sources = sorted(str(p) for p in JAVA_DIR.glob("*.java") if p.name != DDMLIB_DRIVER)
-    subprocess.run(["javac", "-d", str(out), *sources], check=True)
+    subprocess.run(["javac", "-g", "-d", str(out), *sources], check=True)  # -g: locals
     missing = [jar for jar in ddmlib_jars if not Path(jar).is_file()]
     if missing:
         return (
@@ -634,13 +603,17 @@ def detached_counters(log_path: Path) -> list[tuple[int, int] | None]:
     ]
 
 
-def check_one_packet_per_call(rt: RoundTripClient, ddmd: Ddmd, port: int, path: str) -> str:
-    """Two sessions through ddmd's ``port`` differing by 1000 status() calls, per ddmd's own
+def check_one_packet_per_call(ddmd: Ddmd, port: int, path: str) -> str:
+    """Two sessions through ddmd's ``port`` differing by 1000 name() calls, per ddmd's own
     counters."""
     counts = []
     for n in (200, 1200):
         before = len(detached_counters(ddmd.log_path))
-        rt.measure(port, 0, n)
+        client = open_session(port)
+        try:
+            run_ops(client, "name", n)
+        finally:
+            client.close()
         deadline = time.monotonic() + 10
         while len(entries := detached_counters(ddmd.log_path)) == before:
             if time.monotonic() > deadline:
@@ -657,9 +630,28 @@ def check_one_packet_per_call(rt: RoundTripClient, ddmd: Ddmd, port: int, path: 
     d_in, d_out = counts[1][0] - counts[0][0], counts[1][1] - counts[0][1]
     verdict = "one command + one reply per call" if d_in == d_out == 1000 else "NOT 1:1"
     return (
-        f"check ({path}): +1000 status() calls -> +{d_in} commands, +{d_out} replies in ddmd "
+        f"check ({path}): +1000 name() calls -> +{d_in} commands, +{d_out} replies in ddmd "
         f"({verdict})"
     )
+
+
+def open_session(port: int, timeout: float = 15.0) -> Jdwp:
+    """A raw JDWP session on ``port``, ready (main thread and Target class found); retried while
+    the far end is not ready yet (ddmlib reopens its VM connection after a debugger leaves)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = None
+        try:
+            client = Jdwp(port)
+            client.prepare()
+            return client
+        except (OSError, Closed, RuntimeError, struct.error) as exc:
+            if client is not None:
+                with contextlib.suppress(OSError):
+                    client.sock.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no JDWP session on :{port}: {exc!r}") from exc
+            time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -923,6 +915,7 @@ def hot_spots(raw: Path, top: int) -> list[str]:
 
 def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int) -> list[str]:
     children, ports, rt = bench.children, bench.ports, bench.rt
+    assert rt is not None
     ddmd = start_ddmd(children, bench.work, "ddmd-profile", ddmd_jvm.port, ports)
     relay_port = ports.take()
     relay = start_relay(children, relay_port, relay_jvm.port)
@@ -972,22 +965,36 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
 
 @dataclass
 class Route:
-    """One path from the JDI client to a JVM."""
+    """One path from the client to a JVM."""
 
     name: str
-    port: int  # where the JDI client connects
+    port: int  # where the client connects
     jvm: Jvm
     middle: list[tuple[str, Child]]  # the processes in between, (label, process)
 
 
-ENDS = ("target JVM", "JDI client")  # watched on every path, for reference
+TARGET = "target JVM"  # watched on every path, for reference
+
+
+@dataclass
+class Sample:
+    """One path's figures for one workload in one round."""
+
+    median_us: float
+    p90_us: float
+    ops: int
+    commands: int
+    cpu_ns: dict[str, int]  # label -> ns over the timed ops (process trees)
+
+    def cpu_per_op_us(self, labels: Sequence[str]) -> float:
+        return sum(self.cpu_ns[label] for label in labels) / self.ops / 1000
 
 
 @dataclass
 class Figures:
-    sessions: dict[str, list[Session]] = field(default_factory=dict)
-    by_phase: dict[tuple[int, str], list[float]] = field(default_factory=dict)
-    jdb: dict[str, list[float]] = field(default_factory=dict)
+    # round -> path -> workload -> Sample
+    rounds: list[dict[str, dict[str, Sample]]] = field(default_factory=list)
+    jdb: list[dict[str, float]] = field(default_factory=list)  # per round: path -> ms
     middle: dict[str, list[str]] = field(default_factory=dict)  # path -> its processes' labels
 
 
@@ -1006,7 +1013,7 @@ class Bench:
     ports: Ports
     work: Path
     classes: Path
-    rt: RoundTripClient
+    rt: RoundTripClient | None  # the JDI client, for --profile only
     args: argparse.Namespace
     ddmlib_jars: Sequence[str]
     ddmlib_skipped: str | None  # why the ddmlib path does not run, or None
@@ -1015,26 +1022,41 @@ class Bench:
     failed: dict[str, str] = field(default_factory=dict)  # path -> why its session failed
 
 
-def measure_route(bench: Bench, phase: int, route: Route, *, timed: bool = True) -> None:
-    """One session on ``route``: timed, with the CPU of every process on it, or untimed (200
-    calls after the warm-up). A failure is noted and the path left out from then on."""
+def counts(args: argparse.Namespace, workload: str) -> tuple[int, int]:
+    """(warm-up, timed) operations of ``workload`` per session."""
+    if workload == "mix":
+        return args.mix_warmup, args.mix
+    return args.warmup, args.count
+
+
+def measure_route(bench: Bench, route: Route, *, timed: bool = True) -> dict[str, Sample] | None:
+    """One session on ``route``: every workload, warmed up then timed, with the CPU of the
+    process tree of everything on the path. A failure is noted and the path left out."""
     if route.name in bench.failed:
-        return
-    watch = [(label, child.pid) for label, child in route.middle]
-    watch += [(ENDS[0], route.jvm.pid), (ENDS[1], bench.rt.child.pid)]
+        return None
+    watch = {label: [child.pid] for label, child in route.middle}
+    watch[TARGET] = [route.jvm.pid]
+    out: dict[str, Sample] = {}
     try:
-        if not timed:
-            bench.rt.measure(route.port, bench.args.warmup, 200)
-            return
-        session = bench.rt.measure(route.port, bench.args.warmup, bench.args.count, watch)
-    except (RuntimeError, TimeoutError) as exc:
-        bench.failed[route.name] = f"phase {phase}: {exc}"
-        print(f"bridge_latency: {route.name}: {exc}", file=sys.stderr, flush=True)
-        return
-    figures = bench.figures
-    figures.sessions.setdefault(route.name, []).append(session)
-    figures.by_phase.setdefault((phase, route.name), []).extend(session.samples_us)
-    figures.middle.setdefault(route.name, [label for label, _ in route.middle])
+        client = open_session(route.port)
+        try:
+            for workload in WORKLOADS:
+                warm, n = counts(bench.args, workload)
+                run_ops(client, workload, warm if timed else max(1, warm // 2))
+                if not timed:
+                    continue
+                before = snapshot(watch)
+                samples, sent = run_ops(client, workload, n)
+                cpu = delta_ns(before, snapshot(watch))
+                out[workload] = Sample(statistics.median(samples), pct(samples, 90), n, sent, cpu)
+        finally:
+            client.close()
+    except (RuntimeError, OSError, Closed, struct.error) as exc:
+        bench.failed[route.name] = f"{exc!r}"
+        print(f"bridge_latency: {route.name}: {exc!r}", file=sys.stderr, flush=True)
+        return None
+    bench.figures.middle.setdefault(route.name, [label for label, _ in route.middle])
+    return out if timed else None
 
 
 def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | None:
@@ -1057,8 +1079,9 @@ def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | N
 
 def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
     """One phase: fresh ddmd, ddmlib, relays and stand-in adb servers; ``roles`` says which JVM
-    is free (direct, relays, adb forward), owned by ddmd's scan, by ddmd through adb, by ddmlib."""
-    children, ports, rt, args = bench.children, bench.ports, bench.rt, bench.args
+    is free (direct, relays, adb forward), owned by ddmd's scan, by ddmd through adb, by ddmlib.
+    Then ``--rounds`` rounds, each one session per path, the order rotating."""
+    children, ports, args = bench.children, bench.ports, bench.args
     free, scan, adb_jvm = roles["free"], roles["scan"], roles["adb"]
     with contextlib.ExitStack() as stack:
         fake_free = start_fake_adb(children, "bench-free", free)
@@ -1109,213 +1132,233 @@ def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
             bench.notes.append(f"adb forward: {forwarded_by}")
             for port, path in ((ddmd.current_port, "scan"), (ddmd.adb_port, "via adb")):
                 try:
-                    bench.notes.append(check_one_packet_per_call(rt, ddmd, port, path))
-                except (RuntimeError, TimeoutError) as exc:
+                    bench.notes.append(check_one_packet_per_call(ddmd, port, path))
+                except (RuntimeError, TimeoutError, OSError) as exc:
                     bench.notes.append(f"check ({path}): failed: {exc}")
         for route in routes:  # one untimed session per path
-            measure_route(bench, phase, route, timed=False)
+            measure_route(bench, route, timed=False)
             time.sleep(PAUSE)
-        for r in range(args.rounds):
-            k = ((phase - 1) * args.rounds + r) % len(routes)  # the order keeps rotating
+        for _ in range(args.rounds):
+            k = len(bench.figures.rounds) % len(routes)  # the order keeps rotating
+            figures: dict[str, dict[str, Sample]] = {}
             for route in routes[k:] + routes[:k]:
-                measure_route(bench, phase, route)
+                if (got := measure_route(bench, route)) is not None:
+                    figures[route.name] = got
                 time.sleep(PAUSE)
-            jdb_order = [("direct", free.port), ("ddmd", ddmd.current_port)]
-            for name, port in jdb_order if r % 2 == 0 else jdb_order[::-1]:
-                if f"jdb attach {name}" in bench.failed:
-                    continue
-                try:
-                    bench.figures.jdb.setdefault(name, []).append(jdb_attach_ms(port))
-                except (RuntimeError, TimeoutError) as exc:
-                    bench.failed[f"jdb attach {name}"] = f"phase {phase}: {exc}"
-                time.sleep(PAUSE)
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
+            bench.figures.rounds.append(figures)
+            jdb: dict[str, float] = {}
+            if not args.skip_jdb:
+                jdb_order = [("direct", free.port), ("ddmd", ddmd.current_port)]
+                for name, port in jdb_order if k % 2 == 0 else jdb_order[::-1]:
+                    try:
+                        jdb[name] = jdb_attach_ms(port)
+                    except (RuntimeError, TimeoutError) as exc:
+                        bench.notes.append(f"jdb attach {name}: failed: {exc}")
+                    time.sleep(PAUSE)
+            bench.figures.jdb.append(jdb)
 
 
 def ratio_of(a: float, b: float) -> float:
     return a / b if b > 0 else float("inf")
 
 
-def cpu_per_rt(figures: Figures, name: str) -> dict[str, tuple[float, float, int]]:
-    """label -> (user us, sys us, ticks) per round trip over every session of path ``name``."""
-    sessions = figures.sessions[name]
-    round_trips = sum(len(s.samples_us) for s in sessions)
-    out: dict[str, tuple[float, float, int]] = {}
-    for label in sessions[0].cpu:
-        user = sum(s.cpu[label][0] for s in sessions)
-        system = sum(s.cpu[label][1] for s in sessions)
-        per = 1e6 / CLK_TCK / round_trips
-        out[label] = (user * per, system * per, user + system)
-    return out
+def paired(a: float, b: float) -> float | None:
+    """a / b; None (the round has no ratio) when b is not positive."""
+    return a / b if b > 0 else None
+
+
+def span(values: Sequence[float], fmt: str = ".1f") -> str:
+    """median (min-max)"""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def agreed(ratios: Sequence[float], target: float) -> str:
+    """PASS / MISS when every round agrees; otherwise no verdict."""
+    within = sum(r <= target for r in ratios)
+    if within == len(ratios):
+        return "PASS"
+    if within == 0:
+        return "MISS"
+    return f"no verdict ({within} of {len(ratios)} rounds within)"
 
 
 def report(bench: Bench, big: list[BigResult]) -> list[str]:
     figures = bench.figures
+    rounds = figures.rounds
     lines = [*bench.notes]
-    samples = {n: [s for ss in v for s in ss.samples_us] for n, v in figures.sessions.items()}
-    failures = [
-        f"{name}: FAILED, left out from then on: {why}" for name, why in bench.failed.items()
-    ]
+    lines += [f"{name}: FAILED, left out from then on: {why}" for name, why in bench.failed.items()]
     if bench.ddmlib_skipped:
-        failures.append(bench.ddmlib_skipped)
-    if "socat" not in samples and "socat" not in bench.failed:
-        failures.append("socat: not installed, skipped")
-    if "direct" not in samples:
-        return [*lines, *failures, "no figures: the direct path has none"]
-    medians = {n: statistics.median(v) for n, v in samples.items()}
-    cpu = {n: cpu_per_rt(figures, n) for n in samples}
-    # CPU per round trip of the processes between the JDI client and the JVM, summed
-    middle = {
-        n: sum(u + s for label, (u, s, _) in cpu[n].items() if label not in ENDS) for n in cpu
-    }
-    # CPU per round trip of the path's own process (the relay, ddmd, ddmlib's JVM)
-    own = {n: sum(cpu[n][figures.middle[n][0]][:2]) for n in cpu if figures.middle[n]}
-    added = {n: medians[n] - medians["direct"] for n in samples}
+        lines.append(bench.ddmlib_skipped)
+    if not shutil.which("socat"):
+        lines.append("socat: not installed, skipped")
+    paths = list(dict.fromkeys(p for r in rounds for p in r))
+
+    def per_round(fn: Callable[..., float | None]) -> list[float]:
+        """fn over every round where it has a figure (None: missing)."""
+        out = []
+        for r in rounds:
+            with contextlib.suppress(KeyError, ZeroDivisionError):
+                value = fn(r)
+                if value is not None:
+                    out.append(value)
+        return out
+
+    def middle_cpu(r: dict[str, dict[str, Sample]], path: str, w: str) -> float:
+        return r[path][w].cpu_per_op_us(figures.middle[path])
+
+    def added(r: dict[str, dict[str, Sample]], path: str, w: str) -> float:
+        return r[path][w].median_us - r["direct"][w].median_us
+
+    def hop(r: dict[str, dict[str, Sample]], path: str, w: str) -> float:
+        return r[path][w].median_us - r["adb forward"][w].median_us
 
     lines.append(
-        f"{'JDI round trip (us)':<21}{'median':>8}{'p10':>8}{'p90':>8}{'added':>8}"
-        f"{'attach ms':>11}{'n':>8}{'CPU/RT us':>11}"
+        f"{len(rounds)} rounds; per path and workload, median over rounds (min-max) of the "
+        "round's median latency, added latency over direct (same round), and CPU per operation "
+        "of the processes between client and JVM (schedstat ns, whole process trees):"
     )
-    for name, values in samples.items():
-        attach = statistics.median(s.attach_ms for s in figures.sessions[name])
-        extra = "-" if name == "direct" else f"{added[name]:.1f}"
-        cpu_text = f"{middle[name]:.1f}" if figures.middle[name] else "-"
-        lines.append(
-            f"{name:<21}{medians[name]:>8.1f}{pct(values, 10):>8.1f}{pct(values, 90):>8.1f}"
-            f"{extra:>8}{attach:>11.1f}{len(values):>8}{cpu_text:>11}"
-        )
-    lines += failures
-    lines.append(
-        "CPU per round trip (us, user+sys over the timed calls, /proc/PID/stat in "
-        f"{1000 // CLK_TCK} ms ticks; CPU/RT above sums the processes before '|'):"
-    )
-    for name in samples:
-        parts = [
-            f"{label} {u + s:.1f} (u {u:.1f} s {s:.1f}, {ticks} ticks)"
-            for label, (u, s, ticks) in cpu[name].items()
-            if label not in ENDS
-        ]
-        ends = [f"{label} {sum(cpu[name][label][:2]):.1f}" for label in ENDS]
-        lines.append(
-            f"  {name:<19} {'; '.join(parts) or '(nothing in between)'} | {'; '.join(ends)}"
-        )
-    for phase in sorted({p for p, _ in figures.by_phase}):
-        parts = [
-            f"{n} {statistics.median(v):.1f}"
-            for (p, n), v in figures.by_phase.items()
-            if p == phase
-        ]
-        lines.append(f"  phase {phase} medians (us): " + ", ".join(parts))
-    jdb = figures.jdb
-    if "direct" in jdb and "ddmd" in jdb:
-        lines.append(
-            f"jdb attach to prompt (ms, {len(jdb['direct'])} runs each): direct median "
-            f"{statistics.median(jdb['direct']):.0f} (p10 {pct(jdb['direct'], 10):.0f}, p90 "
-            f"{pct(jdb['direct'], 90):.0f}), ddmd {statistics.median(jdb['ddmd']):.0f} (p10 "
-            f"{pct(jdb['ddmd'], 10):.0f}, p90 {pct(jdb['ddmd'], 90):.0f})"
-        )
-
-    # The adb path: every hop on top of the plain adb stream
-    hop = {}
-    if "adb forward" in samples:
-        hop = {n: medians[n] - medians["adb forward"] for n in samples if n.endswith(" via adb")}
-        parts = [f"{n.removesuffix(' via adb')} {h:.1f}" for n, h in hop.items()]
-        lines.append(
-            f"adb path: the plain adb stream (adb forward) adds {added['adb forward']:.1f} us "
-            "over direct (the stand-in server's relay); each hop on top of it (us): "
-            + (", ".join(parts) or "-")
-        )
-    lines.append("for reference (no target):")
-    for other, label in (("trio relay", "trio relay"), ("ddmlib", "ddmlib's JVM")):
-        a, b = "ddmd via adb", f"{other} via adb"
-        if a in hop and b in hop:
-            lines.append(
-                f"  ddmd / {other} via adb: hop {hop[a]:.1f}/{hop[b]:.1f} us = "
-                f"{ratio_of(hop[a], hop[b]):.2f}x; own CPU per round trip (ddmd / {label}) "
-                f"{own[a]:.1f}/{own[b]:.1f} us = {ratio_of(own[a], own[b]):.2f}x"
+    for w in WORKLOADS:
+        cmds = per_round(lambda r, w=w: r["direct"][w].commands / r["direct"][w].ops)
+        per = f", {statistics.median(cmds):.0f} commands per stop" if w == "mix" and cmds else ""
+        lines.append(f"{LABELS[w]} (us per {'stop' if w == 'mix' else 'call'}{per}):")
+        lines.append(f"  {'path':<20}{'median':>24}{'added':>24}{'CPU/op':>24}{'JVM CPU/op':>14}")
+        for path in paths:
+            med = per_round(lambda r, p=path, w=w: r[p][w].median_us)
+            add = per_round(lambda r, p=path, w=w: added(r, p, w)) if path != "direct" else []
+            cpu = per_round(
+                lambda r, p=path, w=w: middle_cpu(r, p, w) if figures.middle[p] else None
             )
-    if "trio relay via adb" in hop and "trio relay" in added:
-        via_hop, scan_hop = hop["trio relay via adb"], added["trio relay"]
-        lines.append(
-            "  the hop target's yardstick for a plain relay: trio relay's hop via adb / its added "
-            f"latency on scan {via_hop:.1f}/{scan_hop:.1f} us = {ratio_of(via_hop, scan_hop):.2f}x"
-        )
-    if "ddmd via adb" in own and "ddmd" in own:
-        via, scan = own["ddmd via adb"], own["ddmd"]
-        lines.append(
-            f"  ddmd's own CPU per round trip via adb / scan: {via:.1f}/{scan:.1f} us = "
-            f"{ratio_of(via, scan):.2f}x"
-        )
+            jvm = per_round(lambda r, p=path, w=w: r[p][w].cpu_per_op_us([TARGET]))
+            if not med:
+                continue
+            lines.append(
+                f"  {path:<20}{span(med):>24}{span(add) if add else '-':>24}"
+                f"{span(cpu) if cpu else '-':>24}{statistics.median(jvm):>14.1f}"
+            )
+        parts = []
+        for path in paths:
+            if figures.middle.get(path):
+                each = []
+                for label in figures.middle[path]:
+                    us = per_round(
+                        lambda r, p=path, w=w, x=label: r[p][w].cpu_ns[x] / r[p][w].ops / 1000
+                    )
+                    each.append(f"{label} {statistics.median(us):.1f}")
+                parts.append(f"{path}: " + ", ".join(each))
+        lines.append("  CPU/op by process tree (us, median over rounds): " + "; ".join(parts))
 
-    rows: list[tuple[str, str, bool, str]] = []
+    rows: list[tuple[str, str, str]] = []
 
-    def row(
-        names: Sequence[str],
-        what: str,
-        make: Callable[[], tuple[str, float, float, str]],
-        source: Mapping[str, object] = samples,
-    ) -> None:
-        missing = [n for n in names if n not in source]
-        if missing:
-            rows.append((what, "-", False, f"no figures for {', '.join(missing)}"))
+    def row(what: str, ratios: list[float], target: float, detail: str) -> None:
+        if len(ratios) < len(rounds) or not ratios:
+            rows.append((what, f"figures in {len(ratios)} of {len(rounds)} rounds", "no verdict"))
             return
-        value, ratio, target, extra = make()
-        margin = f"{abs(ratio - target):.2f}x " + ("to spare" if ratio <= target else "over")
-        rows.append((what, value, ratio <= target, margin + extra))
+        rows.append((what, f"{span(ratios, '.2f')}x  {detail}", agreed(ratios, target)))
 
-    def latency() -> tuple[str, float, float, str]:
-        d, r = added["ddmd"], added["trio relay"]
-        extra = f" ({d - LATENCY_TARGET * r:+.1f} us vs target)"
-        return f"{d:.1f}/{r:.1f} us = {ratio_of(d, r):.2f}x", ratio_of(d, r), LATENCY_TARGET, extra
-
-    def cpu_scan() -> tuple[str, float, float, str]:
-        d, r = middle["ddmd"], middle["trio relay"]
-        extra = f" ({d - CPU_TARGET * r:+.1f} us vs target)"
-        return f"{d:.1f}/{r:.1f} us = {ratio_of(d, r):.2f}x", ratio_of(d, r), CPU_TARGET, extra
-
-    def hop_adb() -> tuple[str, float, float, str]:
-        h, d = hop["ddmd via adb"], added["ddmd"]
-        extra = f" ({h - HOP_TARGET * d:+.1f} us vs target)"
-        return f"{h:.1f}/{d:.1f} us = {ratio_of(h, d):.2f}x", ratio_of(h, d), HOP_TARGET, extra
-
-    def attach_time() -> tuple[str, float, float, str]:
-        r = statistics.median(jdb["ddmd"]) / statistics.median(jdb["direct"])
-        return f"{r:.2f}x", r, ATTACH_TARGET, ""
-
-    row(["ddmd", "trio relay"], f"ddmd added latency <= {LATENCY_TARGET}x trio relay's", latency)
-    row(["ddmd", "trio relay"], f"ddmd CPU/RT <= {CPU_TARGET}x trio relay's", cpu_scan)
-    row(["ddmd via adb", "adb forward", "ddmd"], "ddmd's hop via adb <= its added on scan", hop_adb)
-    row(["direct", "ddmd"], f"jdb attach via ddmd <= {ATTACH_TARGET}x direct", attach_time, jdb)
+    for w in WORKLOADS:
+        lat = per_round(lambda r, w=w: paired(added(r, "ddmd", w), added(r, "trio relay", w)))
+        d = per_round(lambda r, w=w: added(r, "ddmd", w))
+        t = per_round(lambda r, w=w: added(r, "trio relay", w))
+        detail = f"(added us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
+        row(
+            f"scan, {LABELS[w]}: added latency ddmd / trio relay <= {LATENCY_TARGET}",
+            lat,
+            LATENCY_TARGET,
+            detail,
+        )
+    for w in WORKLOADS:
+        cpu = per_round(
+            lambda r, w=w: paired(middle_cpu(r, "ddmd", w), middle_cpu(r, "trio relay", w))
+        )
+        d = per_round(lambda r, w=w: middle_cpu(r, "ddmd", w))
+        t = per_round(lambda r, w=w: middle_cpu(r, "trio relay", w))
+        detail = f"(CPU/op us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
+        row(f"scan, {LABELS[w]}: CPU/op ddmd / trio relay <= {CPU_TARGET}", cpu, CPU_TARGET, detail)
+    for w in WORKLOADS:
+        hops = per_round(
+            lambda r, w=w: paired(hop(r, "ddmd via adb", w), hop(r, "ddmlib via adb", w))
+        )
+        d = per_round(lambda r, w=w: hop(r, "ddmd via adb", w))
+        t = per_round(lambda r, w=w: hop(r, "ddmlib via adb", w))
+        detail = f"(hop us: ddmd {span(d)}, ddmlib {span(t)})" if d and t else ""
+        row(f"adb, {LABELS[w]}: hop ddmd / ddmlib <= {HOP_TARGET}", hops, HOP_TARGET, detail)
+    info: list[str] = []
+    for w in WORKLOADS:
+        own = per_round(
+            lambda r, w=w: (
+                r["ddmd via adb"][w].cpu_ns["ddmd"] / r["ddmlib via adb"][w].cpu_ns["ddmlib JVM"]
+            )
+        )
+        relay_hop = per_round(lambda r, w=w: hop(r, "trio relay via adb", w))
+        if own:
+            info.append(f"  adb, {LABELS[w]}: own CPU/op ddmd / ddmlib's JVM {span(own, '.2f')}x")
+        if relay_hop:
+            info.append(
+                f"  adb, {LABELS[w]}: a plain trio relay's hop on the adb path {span(relay_hop)} us"
+            )
+        socat = per_round(lambda r, w=w: paired(added(r, "socat", w), added(r, "trio relay", w)))
+        if socat:
+            info.append(
+                f"  scan, {LABELS[w]}: added latency socat / trio relay {span(socat, '.2f')}x"
+            )
+    jdb = [j["ddmd"] / j["direct"] for j in figures.jdb if "ddmd" in j and "direct" in j]
+    if jdb:
+        ms = [j["ddmd"] for j in figures.jdb if "ddmd" in j]
+        direct = [j["direct"] for j in figures.jdb if "direct" in j]
+        rows.append(
+            (
+                f"jdb attach ddmd / direct <= {ATTACH_TARGET}",
+                f"{span(jdb, '.2f')}x  (ms: direct {span(direct, '.0f')}, ddmd {span(ms, '.0f')})",
+                agreed(jdb, ATTACH_TARGET),
+            )
+        )
     if big:
         lines += [b.describe() for b in big]
         first = big[0]
-        hwm = first.hwm_after
-        ok = first.complete and hwm < RSS_TARGET_MB
-        if first.complete:
-            margin = f"{abs(RSS_TARGET_MB - hwm):.1f} MB " + ("under" if ok else "over")
-        else:
-            margin = "the relay itself failed (see above)"
+        ok = first.complete and first.hwm_after < RSS_TARGET_MB
         rows.append(
-            (f"ddmd RSS < {RSS_TARGET_MB:.0f} MB relaying 1 GiB", f"VmHWM {hwm:.1f} MB", ok, margin)
+            (
+                f"ddmd RSS < {RSS_TARGET_MB:.0f} MB relaying 1 GiB",
+                f"VmHWM {first.hwm_after:.1f} MB",
+                "PASS" if ok else "MISS",
+            )
         )
-    lines.append("targets:")
-    for what, value, ok, margin in rows:
-        lines.append(f"  {verdict(ok)}  {what:<40} {value:<28} {margin}")
+    lines.append(
+        "targets (each ratio: median of the per-round paired ratios (min-max); PASS/MISS only "
+        "when every round agrees):"
+    )
+    for what, value, verdict in rows:
+        lines.append(f"  {what}: {value}\n      -> {verdict}")
+    if info:
+        lines += ["for reference (no target):", *info]
     return lines
 
 
 ROLES = ("free", "scan", "adb", "ddmlib")
-QUICK = {"phases": 2, "rounds": 1, "count": 300, "warmup": 300, "profile_count": 3000}
-NORMAL = {"phases": 4, "rounds": 2, "count": 2000, "warmup": 2000, "profile_count": 20000}
+QUICK = {
+    "phases": 1,
+    "rounds": 3,
+    "count": 300,
+    "warmup": 200,
+    "mix": 15,
+    "mix_warmup": 5,
+    "profile_count": 3000,
+}
+NORMAL = {
+    "phases": 4,
+    "rounds": 1,
+    "count": 2000,
+    "warmup": 1000,
+    "mix": 100,
+    "mix_warmup": 20,
+    "profile_count": 20000,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--quick", action="store_true", help="smoke run: 2 phases, 1 round, 300 calls"
+        "--quick", action="store_true", help="smoke run: 1 phase, 3 rounds, 300 calls, 15 stops"
     )
     parser.add_argument(
         "--phases",
@@ -1323,10 +1366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=range(1, len(ROLES) + 1),
         help="phases, each with the roles of the JVMs rotated (default 4)",
     )
-    parser.add_argument("--rounds", type=int, help="rounds per phase (default 2)")
-    parser.add_argument("--count", type=int, help="timed round trips per session (default 2000)")
-    parser.add_argument("--warmup", type=int, help="untimed round trips first (default 2000)")
+    parser.add_argument("--rounds", type=int, help="rounds per phase (default 1)")
+    parser.add_argument("--count", type=int, help="timed name()/allThreads() per session (2000)")
+    parser.add_argument("--warmup", type=int, help="untimed calls of each first (default 1000)")
+    parser.add_argument("--mix", type=int, help="timed IDE-mix stops per session (default 100)")
+    parser.add_argument("--mix-warmup", type=int, help="untimed stops first (default 20)")
     parser.add_argument("--skip-big", action="store_true", help="skip the 1 GiB packet")
+    parser.add_argument("--skip-jdb", action="store_true", help="skip the jdb attach times")
     parser.add_argument(
         "--ddmlib-classpath",
         default=os.pathsep.join(DDMLIB_JARS),
@@ -1352,8 +1398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in (QUICK if args.quick else NORMAL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if min(args.rounds, args.count, args.warmup) < 1 or args.count < 10:
-        parser.error("--rounds and --warmup must be at least 1, --count at least 10")
+    if args.phases * args.rounds < 3:
+        parser.error("at least three rounds in all (--phases x --rounds)")
+    if min(args.warmup, args.mix_warmup) < 1 or args.count < 10 or args.mix < 3:
+        parser.error("--warmup, --mix-warmup >= 1, --count >= 10, --mix >= 3")
 
     missing = [tool for tool in ("java", "javac", "jdb") if shutil.which(tool) is None]
     if missing:
@@ -1361,8 +1409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(
         f"bridge_latency: JDK {java_version()}, {os.cpu_count()} CPUs; {args.phases} phase(s) x "
-        f"{args.rounds} round(s), {args.count} timed ThreadReference.status() per session "
-        f"(+{args.warmup} warm-up)" + (" [--quick: rough figures]" if args.quick else ""),
+        f"{args.rounds} round(s); per session {args.count} name() and {args.count} allThreads() "
+        f"(+{args.warmup} warm-up each), {args.mix} IDE-mix stops (+{args.mix_warmup})"
+        + (" [--quick: rough figures]" if args.quick else ""),
         flush=True,
     )
     children = Children()
@@ -1377,7 +1426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             roles = ROLES if skipped is None else ROLES[:-1]
             jvms = start_jvms(children, len(roles), ports, classes)
-            rt = RoundTripClient(children, classes)
+            rt = RoundTripClient(children, classes) if args.profile else None
             bench = Bench(children, ports, work, classes, rt, args, ddmlib_jars, skipped)
             bench.notes.append(
                 ", ".join(f"{j.name} on :{j.port} (pid {j.pid})" for j in jvms)
@@ -1390,11 +1439,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 big = big_packet_phase(children, work, ports)
             for line in report(bench, big):
                 print(line, flush=True)
-            if args.profile:
+            if rt is not None:
                 lines = profile_round_trips(bench, jvms[0], jvms[1], args.profile_count)
                 for line in lines:
                     print(line, flush=True)
-            rt.child.send("quit")
+                rt.child.send("quit")
         finally:
             children.stop_all()
     print(f"total {time.monotonic() - started:.0f} s", flush=True)
