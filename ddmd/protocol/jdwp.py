@@ -28,6 +28,7 @@ __all__ = [
     "EOF",
     "HANDSHAKE",
     "HEADER_SIZE",
+    "MAX_LENGTH",
     "NEED_DATA",
     "CommandPacket",
     "CommandSet",
@@ -56,8 +57,9 @@ HANDSHAKE: Final = b"JDWP-Handshake"
 HEADER_SIZE: Final = 11
 DEFAULT_MAX_PACKET: Final = 1 << 30  # 1 GiB; HPDS/MPSE chunks carry whole files in one packet
 DDM_COMMAND: Final = 1  # DDM is command set 199, command 1
+MAX_LENGTH: Final = 0xFFFF_FFFF  # the length field's own bound: 4 GiB - 1
 
-_U4_MAX: Final = 0xFFFFFFFF
+_U4_MAX: Final = MAX_LENGTH
 _COMMAND_HEADER = struct.Struct(">IIBBB")
 _REPLY_HEADER = struct.Struct(">IIBH")
 _ID_SIZES = struct.Struct(">iiiii")
@@ -407,6 +409,10 @@ class PacketDecoder:
     With ``stream_threshold`` set, a packet whose length exceeds it is not buffered whole:
     ``next_event`` returns ``PacketStart`` as soon as its header is in, then ``PacketPiece``
     objects with whatever body bytes are buffered, the last one flagged ``last``.
+
+    ``max_length`` caps what the decoder buffers whole. A streamed packet is never held, so it
+    is capped by ``max_streamed`` instead (default: ``max_length``; a caller that decides per
+    packet what it gathers, like the router, passes ``MAX_LENGTH`` and applies the cap itself).
     """
 
     __slots__ = (
@@ -415,6 +421,7 @@ class PacketDecoder:
         "_error",
         "_expect_handshake",
         "_max_length",
+        "_max_streamed",
         "_pos",
         "_remaining",
         "_stream_threshold",
@@ -426,6 +433,7 @@ class PacketDecoder:
         max_length: int = DEFAULT_MAX_PACKET,
         expect_handshake: bool = False,
         stream_threshold: int | None = None,
+        max_streamed: int | None = None,
     ) -> None:
         if max_length < HEADER_SIZE:
             raise LocalProtocolError(f"max_length {max_length} is below the header size")
@@ -436,6 +444,7 @@ class PacketDecoder:
         self._max_length = max_length
         self._expect_handshake = expect_handshake
         self._stream_threshold = stream_threshold
+        self._max_streamed = max_length if max_streamed is None else max_streamed
         self._remaining = 0  # body bytes still to come of a streamed packet
         self._eof = False
         self._error: RemoteProtocolError | None = None
@@ -507,12 +516,13 @@ class PacketDecoder:
         if avail < HEADER_SIZE:
             return self._need_data()
         length, pid, flags, b9, b10 = _COMMAND_HEADER.unpack_from(buf, pos)
+        threshold = self._stream_threshold
+        streamed = threshold is not None and length > threshold
         if length < HEADER_SIZE or length > self._max_length:
-            _check_length(length, self._max_length)
+            _check_length(length, self._max_streamed if streamed else self._max_length)
         if flags and flags != Flag.REPLY:
             _check_flags(flags)
-        threshold = self._stream_threshold
-        if threshold is not None and length > threshold:
+        if streamed:
             self._pos = pos + HEADER_SIZE
             self._remaining = length - HEADER_SIZE
             return PacketStart(PacketHeader(length, pid, flags, b9, b10))

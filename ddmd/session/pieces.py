@@ -9,6 +9,11 @@ Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router
     reply or event the bridge reads ▶ gathered whole, then routed as one packet
     DDM push (a heap dump) ───────▶ ``on_push_piece`` (ddmd's capture) and every consumer that
                                     speaks DDM, piece by piece
+
+``max_packet`` guards what ddmd buffers, not what it streams: a packet gathered whole (the
+first two rows) longer than it is refused here (a ``RemoteProtocolError``: the session ends
+the connection); one only relayed or written to disk may be as long as its length field
+allows (4 GiB), and one nobody takes is dropped as it comes.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import (
     CommandPacket,
@@ -70,6 +76,7 @@ class Pieces:
         if (header.is_reply and header.id in router.bridge.watch) or (
             not header.is_reply and header.command_set != CommandSet.DDM
         ):
+            self._check_cap(header)
             relay.whole, relay.buffer = header, bytearray()  # the bridge reads it whole
             return []
         if header.is_reply:
@@ -86,6 +93,7 @@ class Pieces:
                 return [router.to_consumer(consumer, data, more=True)]
             if router.is_consumer_origin(pending):
                 return []  # its consumer left
+            self._check_cap(header)
             relay.pending, relay.owner_header, relay.buffer = pending, header, bytearray()
             return []
         # A DDM push too large to hold (a heap dump, a trace): its pieces go to the session,
@@ -100,6 +108,14 @@ class Pieces:
                 relay.consumers += (consumer.id,)
                 out.append(router.to_consumer(consumer, head, more=True))
         return out + router.on_push_piece(b"", True, False)
+
+    def _check_cap(self, header: PacketHeader) -> None:
+        """A packet ddmd must hold whole: refused over ``max_packet``, in the decoder's words."""
+        cap = self._router.max_packet
+        if header.length > cap:
+            self._relay = None
+            length = header.length
+            raise RemoteProtocolError(f"JDWP length {length} exceeds the configured cap {cap}")
 
     def piece(self, piece: PacketPiece) -> list[Command]:
         relay = self._relay

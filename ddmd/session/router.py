@@ -26,7 +26,8 @@ From a debugger (``bridge.py`` holds the per-debugger rules):
 Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
 Large packets (over ``stream_threshold``) are relayed in pieces: ``SendToDebugger(more=True)``
 until the last piece, and nothing else goes to that debugger in between. Large events, and
-replies the bridge must read, are gathered whole first (bounded by ``max_packet``).
+replies the bridge must read, are gathered whole first (bounded by ``max_packet``, which
+``Pieces`` checks); a packet only streamed is bounded by its length field alone (4 GiB).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.idmap import IdRewriter, Pending
 from ddmd.protocol.jdwp import (
     EOF,
+    MAX_LENGTH,
     NEED_DATA,
     CommandPacket,
     CommandSet,
@@ -143,7 +145,11 @@ class Router:
         self.bridge = Bridge(self)
 
     def _new_decoder(self) -> PacketDecoder:
-        return PacketDecoder(max_length=self.max_packet, stream_threshold=self.stream_threshold)
+        return PacketDecoder(
+            max_length=self.max_packet,
+            stream_threshold=self.stream_threshold,
+            max_streamed=MAX_LENGTH,  # what is gathered whole is capped in Pieces.start
+        )
 
     # ------------------------------------------------------------------ queries
 

@@ -125,8 +125,9 @@ async def test_packet_length_above_cap_drops_that_vm(tmp_path) -> None:
     sim_port, bad_port = free_port_range(2)
 
     async def huge(conn: PeerConnection) -> None:
-        # Length 2**31: above the default 1 GiB [limits] max_packet_bytes. Nothing follows.
-        await conn.send_raw(struct.pack(">IIBBB", 1 << 31, 0x80000001, 0, 199, 1))
+        # An event (Event.Composite) of length 2**31: above the default 1 GiB [limits]
+        # max_packet_bytes, and ddmd reads events whole. Nothing follows.
+        await conn.send_raw(struct.pack(">IIBBB", 1 << 31, 0x80000001, 0, 64, 100))
         await conn.wait_closed()
 
     with trio.fail_after(CAP):
@@ -139,6 +140,33 @@ async def test_packet_length_above_cap_drops_that_vm(tmp_path) -> None:
             await h.wait_event("vm.disconnected", vm=vm_id(bad_port))
             await wait_until(lambda: peer.closed >= 1, 5, what="ddmd closed the connection")
             await assert_healthy(h, sim_port)
+
+
+async def test_the_packet_cap_guards_what_ddmd_holds_not_what_it_streams(tmp_path) -> None:
+    # Issue 21 item 4: with a 1 MiB cap, a 5 MiB heap dump streams to disk all the same, while
+    # a 5 MiB reply that ddmd must read whole (to HELO) is refused in the decoder's words.
+    sim_port, bad_port = free_port_range(2)
+    size = 5 << 20
+    big_helo = raw_chunk(HELO, bytes(size))
+
+    with trio.fail_after(30):
+        async with monitor(
+            [sim_port, bad_port], tmp_path, limits={"max_packet_bytes": 1 << 20}
+        ) as h:
+            await h.start_sim(sim_port, hprof_bytes=size)
+            await h.wait_vm(vm_id(sim_port), lambda v: v["state"] == "ready")
+            response = await h.client.post(f"/api/v1/vms/{vm_id(sim_port)}/hprof")
+            assert response.status_code == 200, response.text
+            path = tmp_path / "captures" / response.json()["file"]
+            assert path.stat().st_size == size
+            assert not h.events("vm.protocol_error", vm=vm_id(sim_port))
+
+            await h.start(RawPeer(bad_port, ddm_script({HELO: reply_with(big_helo)})))
+            error = await h.wait_event("vm.protocol_error", vm=vm_id(bad_port))
+            assert f"exceeds the configured cap {1 << 20}" in error["error"]
+            assert str(11 + 8 + size) in error["error"]
+            gone = await h.wait_event("vm.disconnected", vm=vm_id(bad_port))
+            assert "protocol error" in gone["reason"]
 
 
 async def test_vm_that_never_answers_helo_is_kept(tmp_path) -> None:

@@ -16,6 +16,7 @@ from ddmd.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtoc
 from ddmd.protocol.jdwp import (
     EOF,
     HANDSHAKE,
+    MAX_LENGTH,
     NEED_DATA,
     CommandPacket,
     Handshake,
@@ -330,6 +331,23 @@ def test_streamed_packet_header_before_body():
     # Small packets after it are still whole packets.
     decoder.receive_data(encode(CommandPacket(1, 1, 1)))
     assert decoder.next_event() == CommandPacket(1, 1, 1)
+
+
+def test_the_cap_bounds_packets_held_whole_and_max_streamed_those_streamed():
+    # max_length caps what the decoder would buffer; a streamed packet is capped by
+    # max_streamed (default: max_length), up to the length field's own 4 GiB.
+    head = encode_header(PacketHeader(0xFFFF_FFFF, 3, 0, 199, 1))
+    decoder = PacketDecoder(max_length=4096, stream_threshold=1024, max_streamed=MAX_LENGTH)
+    decoder.receive_data(head)
+    assert decoder.next_event() == PacketStart(PacketHeader(0xFFFF_FFFF, 3, 0, 199, 1))
+    for decoder in (
+        PacketDecoder(max_length=4096, stream_threshold=1024),
+        PacketDecoder(max_length=4096, stream_threshold=1024, max_streamed=8192),
+        PacketDecoder(max_length=4096, max_streamed=MAX_LENGTH),  # nothing streamed
+    ):
+        decoder.receive_data(encode_header(PacketHeader(10000, 3, 0, 199, 1)))
+        with pytest.raises(RemoteProtocolError, match="exceeds the configured cap"):
+            decoder.next_event()
 
 
 def test_streamed_header_with_new_id():

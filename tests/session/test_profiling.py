@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ddmd.protocol import ddm
+from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.protocol.jdwp import CommandPacket, CommandSet, encode
 from ddmd.session.commands import Capture, Log, Reject, Resolve, SendToVm
 from ddmd.session.inputs import (
@@ -166,6 +169,31 @@ def test_a_dump_that_stops_flowing_times_out_but_a_slow_one_does_not() -> None:
     (rejected,) = [c for c in out if isinstance(c, Reject)]
     assert rejected.kind == "timed_out"
     assert "stopped sending its heap dump for 10 s" in rejected.message
+
+
+def test_the_packet_cap_guards_what_ddmd_holds_not_what_it_streams() -> None:
+    # A 1 KiB cap: a 5 KiB heap dump streams to its capture all the same (issue 21 item 4) ...
+    vm = ready(stream_threshold=64, max_packet=1024)
+    body = bytes(range(256)) * 20
+    pushed = encode(ddm.ddm_command(0x80000010, ddm.HeapDumpStream(body)))
+    out: list[Any] = vm.session.handle(Call(1, DumpHprof()), 0.0)
+    for at in range(0, len(pushed), 700):
+        out += vm.session.handle(VmBytes(pushed[at : at + 700]), 0.0)
+    assert b"".join(c.data for c in out if isinstance(c, Capture)) == body
+    assert Resolve(1, {"bytes": len(body)}) in out
+    # ... and so does one nobody asked for (dropped as it comes, never held) ...
+    unasked = encode(ddm.ddm_command(0x80000011, ddm.HeapDumpStream(body)))
+    out = vm.session.handle(VmBytes(unasked), 0.0)
+    assert [c.event for c in out if isinstance(c, Log)] == ["ddm.push_discarded"]
+    # ... but a 5 KiB reply ddmd must read whole is refused, as soon as its header is in.
+    vm.session.handle(Call(2, DumpHprof()), 0.0)
+    reply = answer(7, ddm.Fail(1, "x" * 2500))  # a DDM reply ddmd reads: 5 KiB + headers
+    length = int.from_bytes(reply.data[:4], "big")
+    assert length > 5000
+    with pytest.raises(
+        RemoteProtocolError, match=f"JDWP length {length} exceeds the configured cap 1024"
+    ):
+        vm.session.handle(VmBytes(reply.data[:11]), 0.0)
 
 
 def test_a_heap_dump_streams_and_silence_marks_heap_dumps_missing() -> None:
