@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from ddmd.config import Config
-from ddmd.config.parse import runtime_dir
+from ddmd.config.section import runtime_dir
 from ddmd.errors import DdmdError
 from ddmd.netaddr import connectable, host_port
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddmd.config import Config, load_config
-from ddmd.config.parse import runtime_dir
+from ddmd.config.section import runtime_dir
 from ddmd.errors import ConfigError, ConfigProblems
 from tests.test_config import expect_error, parse
 
