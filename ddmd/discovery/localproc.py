@@ -131,7 +131,7 @@ def listening_socket(
     if target is None:
         return None
     wildcard: SocketOwner | None = None
-    for row in _rows(proc_root, byteorder):
+    for row in _rows(proc_root, byteorder, port):
         if row.state != LISTEN or row.local_port != port or row.inode == 0:
             continue
         if row.local == target:
@@ -156,7 +156,7 @@ def connected_socket(
     local_host, remote_host = _parse_host(local[0]), _parse_host(remote[0])
     if local_host is None or remote_host is None:
         return None
-    for row in _rows(proc_root, byteorder):
+    for row in _rows(proc_root, byteorder, local[1]):
         if (
             row.state == ESTABLISHED
             and row.inode != 0
@@ -185,12 +185,19 @@ def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAd
     return _plain(address), int(port_hex, 16)
 
 
-def _rows(proc_root: str, byteorder: ByteOrder) -> Iterator[_Row]:
+def _rows(proc_root: str, byteorder: ByteOrder, local_port: int | None = None) -> Iterator[_Row]:
+    """The socket tables' rows; with ``local_port``, only those whose own end has that port
+    (others are skipped before parsing: with hundreds of VMs the tables are long)."""
     tables = _open_tables(proc_root)  # no IPv6 in this kernel, not Linux, or not readable
     if tables is None:
         return
+    suffix = None if local_port is None else _port_suffix(local_port)
     with tables:
         for line in tables.lines():
+            if suffix is not None:
+                fields = line.split(None, 2)
+                if len(fields) < 2 or fields[1][-5:].upper() != suffix:
+                    continue
             row = _parse_row(line, byteorder)
             if row is not None:
                 yield row
@@ -422,6 +429,12 @@ def process_of_inode(
     pids = _pids(proc_root)
     if uid is not None:
         pids.sort(key=lambda pid: _owner(proc_root, pid) != uid)  # stable: owner's first
+    # This process last: a monitor holds one socket per VM, the longest fd table to read,
+    # and the socket looked for is normally another process's.
+    own = os.getpid()
+    if own in pids:
+        pids.remove(own)
+        pids.append(own)
     for pid in pids:
         if give_up_at is not None and time.monotonic() > give_up_at:
             return None
