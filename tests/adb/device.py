@@ -178,13 +178,19 @@ async def open_adb_device(
     connect it, wait for it to be online; kill the server and stop the device at exit."""
     adb = adb or require_adb()
     device = device if device is not None else FakeDevice()
-    adb_port = pick_port()
     default_was_listening = _listening(ADB_DEFAULT_PORT)
     with tempfile.TemporaryDirectory(prefix="ddmd-adb-home-") as home_dir:
         home = Path(home_dir)
+        adb_port = pick_port()
         try:
             async with trio.open_nursery() as nursery:
-                started = await _run_adb(adb, adb_port, home, ("start-server",), ADB_TIMEOUT)
+                # A port found free may be taken by another program before the server binds
+                # it (another suite or a bench on the machine): then take another one.
+                for _attempt in range(3):
+                    started = await _run_adb(adb, adb_port, home, ("start-server",), ADB_TIMEOUT)
+                    if started.returncode == 0:
+                        break
+                    adb_port = pick_port()
                 assert started.returncode == 0, (
                     f"adb -P {adb_port} start-server failed: {started.stderr.decode()}"
                 )
