@@ -22,6 +22,7 @@ network); tests replace it to route the commands to an in-process app.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -159,10 +160,15 @@ def _lacks(vm: Mapping[str, Any], *features: str) -> bool:
 
 
 @click.command("clients", short_help="List the VMs the daemon knows, with their debugger ports.")
+@click.option("-v", "--verbose", is_flag=True, help="More detail (units, runs, full names).")
 @json_option
 @client_options
 def clients(
-    as_json: bool, config_file: str | None, control: str | None, device: str | None
+    verbose: bool,
+    as_json: bool,
+    config_file: str | None,
+    control: str | None,
+    device: str | None,
 ) -> None:
     """List the VMs the daemon knows, and say when none is current (port 8700 would turn a
     debugger away)."""
@@ -179,7 +185,7 @@ def clients(
     vms, health = run_with_api("clients", target, work)
     if device:
         vms = [vm for vm in vms if vm.get("device") == device]
-    show(vms, as_json, format_clients)
+    show(vms, as_json, functools.partial(format_clients, verbose=verbose))
     if health is not None:
         port = health.get("current_port") if isinstance(health, dict) else None
         click.echo(no_current_line(port if port is not None else target.current_port))
@@ -289,6 +295,7 @@ async def _app_again(
     help="Seconds between redraws with --watch.",
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("-v", "--verbose", is_flag=True, help="More detail (units, runs, full names).")
 @json_option
 @client_options
 def threads(
@@ -296,6 +303,7 @@ def threads(
     watch: bool,
     interval: float,
     count: int | None,
+    verbose: bool,
     as_json: bool,
     config_file: str | None,
     control: str | None,
@@ -322,7 +330,7 @@ def threads(
         if as_json:
             print_json(body, compact=watch)
             return
-        text = format_threads(body)
+        text = format_threads(body, verbose=verbose)
         if watch and tty:
             stamp = time.strftime("%H:%M:%S")
             click.echo(
@@ -380,11 +388,13 @@ def threads(
     is_flag=True,
     help="Ask for a fresh heap segment dump (runs a GC) and show its layout.",
 )
+@click.option("-v", "--verbose", is_flag=True, help="More detail (units, runs, full names).")
 @json_option
 @client_options
 def heap(
     target: str | None,
     segments: bool,
+    verbose: bool,
     as_json: bool,
     config_file: str | None,
     control: str | None,
@@ -403,7 +413,8 @@ def heap(
         return await api.call("GET", path)
 
     body = run_with_api("heap", where, work)
-    show(body, as_json, format_heap_any)  # a plain JVM: GC.heap_info's figures (cli.jvm)
+    # A plain JVM: GC.heap_info's figures (cli.jvm).
+    show(body, as_json, functools.partial(format_heap_any, verbose=verbose))
     vm = body.get("vm") if isinstance(body, dict) else None
     nothing = not body.get("heaps") and not body.get("images") and "jvm_heap" not in body
     if isinstance(vm, dict) and nothing and _lacks(vm, "HPIF"):

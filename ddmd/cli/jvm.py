@@ -136,11 +136,12 @@ def heap_words(heap: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_heap_any(body: dict[str, Any]) -> str:
-    """`ddmd heap`: a plain JVM's GC.heap_info in words, else `format_heap`."""
+def format_heap_any(body: dict[str, Any], *, verbose: bool = False) -> str:
+    """`ddmd heap`: a plain JVM's GC.heap_info in words, else `format_heap` (``verbose``:
+    units, runs and fragmentation too)."""
     heap = body.get("jvm_heap")
     if not isinstance(heap, dict):
-        return format_heap(body)
+        return format_heap(body, verbose=verbose)
     collector = f" ({heap['collector']} collector)" if heap.get("collector") else ""
     head = f"heap of VM {vm_label(body['vm'])}, from GC.heap_info{collector}:"
     return "\n".join([head, *heap_words(heap)])

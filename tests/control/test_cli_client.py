@@ -267,6 +267,13 @@ def test_heap_segments(api):
     assert api["app"].segment_requests == 1
 
 
+def test_heap_segments_verbose_shows_units_runs_and_fragmentation(api):
+    result = invoke(heap, "emulator-5554/1234", "--segments", "-v")
+    assert result.exit_code == 0, result.output
+    assert "units of" in result.stdout  # only with -v
+    assert "outside the largest run" in result.stdout
+
+
 def test_heap_json(api):
     body = json.loads(invoke(heap, "emulator-5554/1234", "--segments", "--json").stdout)
     assert body["run_fields"] == ["address", "units", "kind", "solidity"]
