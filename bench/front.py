@@ -105,7 +105,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import struct
 import subprocess
@@ -128,6 +127,9 @@ from bridge_latency import (
     jdb_attach_ms,
 )
 from children import Child
+from jdwp_load import Closed
+from jdwp_load import RawJdwp as Jdwp
+from proctree import code_under_test, find_adb_server, run_ns
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What would send the adb client or server elsewhere (tests/adb/device.py's list).
@@ -157,31 +159,6 @@ SHORT = {"front": "a", "vm-port": "b", "adb-fwd": "c"}
 # CPU of process trees, /proc/PID/task/*/schedstat
 
 
-def _tree_tids(pid: int) -> Iterator[tuple[int, int]]:
-    """(pid, tid) of every thread of ``pid`` and of its descendants."""
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            yield p, int(tid)
-            with contextlib.suppress(OSError):
-                kids = Path(f"/proc/{p}/task/{tid}/children").read_text().split()
-                todo.extend(int(k) for k in kids)
-
-
-def tree_ns(pid: int) -> dict[tuple[int, int], int]:
-    """sum_exec_runtime (ns) of every thread of the tree of ``pid``, by (pid, tid)."""
-    out = {}
-    for p, tid in _tree_tids(pid):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            out[(p, tid)] = int(Path(f"/proc/{p}/task/{tid}/schedstat").read_text().split()[0])
-    return out
-
-
 class CpuWatch:
     """Labelled process trees; `delta` of two snapshots gives each label's CPU seconds."""
 
@@ -190,7 +167,7 @@ class CpuWatch:
 
     def snapshot(self) -> dict[str, dict[tuple[int, int], int]]:
         return {
-            label: {k: v for pid in pids for k, v in tree_ns(pid).items()}
+            label: {k: v for pid in pids for k, v in run_ns(pid).items()}
             for label, pids in self.roots.items()
         }
 
@@ -213,62 +190,6 @@ class CpuWatch:
 HANDSHAKE = b"JDWP-Handshake"
 HEADER = struct.Struct(">IIBBB")  # length, id, flags, command set, command
 REPLY = struct.Struct(">IIBH")  # length, id, flags, error code
-
-
-class Closed(Exception):
-    pass
-
-
-class Jdwp:
-    """A blocking JDWP client: one command at a time, events skipped."""
-
-    def __init__(self, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.next_id = 1
-        self.sock.sendall(HANDSHAKE)
-        if self._read(len(HANDSHAKE)) != HANDSHAKE:
-            raise Closed("bad handshake reply")
-        self.sizes = (8, 8, 8, 8, 8)  # field, method, object, reference type, frame
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-    def _read(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            data = self.sock.recv(65536)
-            if not data:
-                raise Closed(f"closed after {len(self.buf)} of {n} bytes")
-            self.buf += data
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def command(self, cs: int, cmd: int, data: bytes = b"") -> tuple[int, bytes]:
-        """(error code, reply data)."""
-        packet_id = self.next_id
-        self.next_id += 1
-        self.sock.sendall(HEADER.pack(11 + len(data), packet_id, 0, cs, cmd) + data)
-        while True:
-            length, rid, flags, error = REPLY.unpack(self._read(11))
-            body = self._read(length - 11)
-            if flags & 0x80 and rid == packet_id:
-                return error, body
-
-    def ok(self, cs: int, cmd: int, data: bytes = b"") -> bytes:
-        error, body = self.command(cs, cmd, data)
-        if error:
-            raise RuntimeError(f"JDWP {cs}/{cmd}: error {error}")
-        return body
-
-    def id_sizes(self) -> None:
-        self.sizes = struct.unpack(">5i", self.ok(1, 7))
-
-    def ids(self, body: bytes, size: int) -> list[bytes]:
-        (n,) = struct.unpack_from(">i", body)
-        return [body[4 + i * size : 4 + (i + 1) * size] for i in range(n)]
 
 
 def jstring(body: bytes, at: int = 0) -> str:
@@ -314,23 +235,6 @@ def mix_once(client: Jdwp, main: bytes) -> int:
 
 # --------------------------------------------------------------------------------------------
 # The processes
-
-
-def find_adb_server(port: int) -> int:
-    """The pid of the adb server listening on tcp:``port`` (its command line says so)."""
-    mark = f"tcp:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                text = [w.decode(errors="replace") for w in words]
-                if "fork-server" in text and mark in text:
-                    return int(entry)
-        time.sleep(0.1)
-    raise RuntimeError(f"no adb server process for {mark}")
 
 
 def tcp_listening(port: int) -> bool:
@@ -490,34 +394,15 @@ def use_tree(ref: str | None, work: Path) -> str:
     """With ``ref``, ddmd (the daemon, the fake device, the lookup timed here) runs from a
     ``git archive`` snapshot of that revision, not from the working tree, which others may be
     editing meanwhile. Says which code runs."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip()
-
-    if ref is None:
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "ddmd")
-        changed = len(dirty.splitlines())
-        return f"the working tree at {git('rev-parse', '--short', 'HEAD')}" + (
-            f" + {changed} changed file(s) under ddmd/" if changed else ""
-        )
-    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
-    if not commit:
-        raise SystemExit(f"front: --ref {ref}: not a revision of {ROOT}")
-    snapshot = work / "tree"
-    snapshot.mkdir()
-    archive = subprocess.Popen(
-        ["git", "-C", str(ROOT), "archive", commit, "ddmd"], stdout=subprocess.PIPE
-    )
-    subprocess.run(["tar", "-x", "-C", str(snapshot)], stdin=archive.stdout, check=True)
-    if archive.wait():
-        raise SystemExit(f"front: git archive {commit} failed")
-    # Children: PYTHONPATH comes before the editable install's finder (the ddmd script's own
-    # directory is sys.path[0]; the fake device runs with -P, so the cwd is not searched
-    # first either); this process: first on sys.path, before anything of ddmd is imported.
-    os.environ["PYTHONPATH"] = str(snapshot)
-    sys.path.insert(0, str(snapshot))
-    return f"a snapshot of {ref} = {commit[:7]}"
+    said, snapshot = code_under_test(ref, work, "front")
+    if snapshot is not None:
+        # Children: PYTHONPATH comes before the editable install's finder (the ddmd script's
+        # own directory is sys.path[0]; the fake device runs with -P, so the cwd is not
+        # searched first either); this process: first on sys.path, before anything of ddmd is
+        # imported.
+        os.environ["PYTHONPATH"] = str(snapshot)
+        sys.path.insert(0, str(snapshot))
+    return said
 
 
 def make_rig(

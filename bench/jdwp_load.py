@@ -21,11 +21,11 @@ every thread of a process and of all its descendants, found by the ppid field of
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import time
-from pathlib import Path
+
+from proctree import run_ns
 
 HOST = "127.0.0.1"
 HANDSHAKE = b"JDWP-Handshake"
@@ -39,8 +39,8 @@ class Closed(Exception):
     pass
 
 
-class Jdwp:
-    """A blocking JDWP client: one command at a time, events skipped."""
+class RawJdwp:
+    """A blocking JDWP client: one command at a time, events skipped (the benches' client)."""
 
     def __init__(self, port: int, timeout: float = 20.0) -> None:
         self.sock = socket.create_connection((HOST, port), timeout=timeout)
@@ -50,14 +50,9 @@ class Jdwp:
         self.sock.sendall(HANDSHAKE)
         if self._read(len(HANDSHAKE)) != HANDSHAKE:
             raise Closed("bad handshake reply")
-        # field, method, object, reference type, frame
-        self.sizes = struct.unpack(">5i", self.ok(1, 7))
-        self.main = b""
-        self.target = b""
+        self.sizes: tuple[int, ...] = (8, 8, 8, 8, 8)  # field, method, object, type, frame
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.ok(1, 6)  # Dispose
         with contextlib.suppress(OSError):
             self.sock.close()
 
@@ -72,6 +67,7 @@ class Jdwp:
         return out
 
     def command(self, cs: int, cmd: int, data: bytes = b"") -> tuple[int, bytes]:
+        """(error code, reply data)."""
         packet_id = self.next_id
         self.next_id += 1
         self.sock.sendall(HEADER.pack(11 + len(data), packet_id, 0, cs, cmd) + data)
@@ -87,9 +83,27 @@ class Jdwp:
             raise RuntimeError(f"JDWP {cs}/{cmd}: error {error}")
         return body
 
+    def id_sizes(self) -> None:
+        self.sizes = struct.unpack(">5i", self.ok(1, 7))
+
     def ids(self, body: bytes, size: int) -> list[bytes]:
         (n,) = struct.unpack_from(">i", body)
         return [body[4 + i * size : 4 + (i + 1) * size] for i in range(n)]
+
+
+class Jdwp(RawJdwp):
+    """The workloads' client: id sizes asked at once; Dispose when it closes."""
+
+    def __init__(self, port: int, timeout: float = 20.0) -> None:
+        super().__init__(port, timeout)
+        self.id_sizes()
+        self.main = b""
+        self.target = b""
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.ok(1, 6)  # Dispose
+        super().close()
 
     def prepare(self) -> None:
         """Find the ``main`` thread and the Target class."""
@@ -210,34 +224,11 @@ def run_ops(client: Jdwp, workload: str, n: int) -> tuple[list[float], int]:
 # CPU of process trees
 
 
-def _descendants(roots: list[int]) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            kids.setdefault(ppid, []).append(int(entry))
-    seen: set[int] = set()
-    todo = list(roots)
-    while todo:
-        p = todo.pop()
-        if p not in seen:
-            seen.add(p)
-            todo.extend(kids.get(p, ()))
-    return seen
-
-
 def tree_ns(roots: list[int]) -> dict[tuple[int, int], int]:
     """sum_exec_runtime (ns) by (pid, tid) over every thread of ``roots`` and descendants."""
-    out = {}
-    for p in _descendants(roots):
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    text = Path(f"/proc/{p}/task/{tid}/schedstat").read_text()
-                    out[(p, int(tid))] = int(text.split()[0])
+    out: dict[tuple[int, int], int] = {}
+    for root in roots:
+        out.update(run_ns(root))
     return out
 
 

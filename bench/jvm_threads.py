@@ -76,12 +76,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from children import Child
+from proctree import Threads, code_under_test, schedstat
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_SOURCE = ROOT / "bench" / "java" / "IdleThreads.java"
@@ -107,34 +108,7 @@ def poll_bytes(threads: int) -> int:
 # CPU of process trees, /proc/PID/task/*/schedstat
 
 
-def _tree_tids(pid: int, tree: bool) -> Iterator[tuple[int, int]]:
-    """(pid, tid) of every thread of ``pid`` and, with ``tree``, of its descendants."""
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            yield p, int(tid)
-            if not tree:
-                continue
-            with contextlib.suppress(OSError):
-                kids = Path(f"/proc/{p}/task/{tid}/children").read_text().split()
-                todo.extend(int(k) for k in kids)
-
-
-Threads = dict[tuple[int, int], tuple[int, int]]  # (pid, tid) -> (run ns, run-queue wait ns)
-
-
-def tree_ns(pid: int, tree: bool = True) -> Threads:
-    out: Threads = {}
-    for p, tid in _tree_tids(pid, tree):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            run, wait = Path(f"/proc/{p}/task/{tid}/schedstat").read_text().split()[:2]
-            out[(p, tid)] = (int(run), int(wait))
-    return out
+tree_ns = schedstat
 
 
 def delta_s(before: Threads, after: Threads, field_: int = 0) -> float:
@@ -264,30 +238,10 @@ def jdwp_received(ports: range) -> dict[int, dict[int, int]]:
 
 def use_tree(ref: str | None, work: Path) -> str:
     """With ``ref``, ddmd runs from a ``git archive`` snapshot of that revision."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip()
-
-    if ref is None:
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "ddmd")
-        changed = len(dirty.splitlines())
-        return f"the working tree at {git('rev-parse', '--short', 'HEAD')}" + (
-            f" + {changed} changed file(s) under ddmd/" if changed else ""
-        )
-    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
-    if not commit:
-        raise SystemExit(f"jvm_threads: --ref {ref}: not a revision of {ROOT}")
-    tree = work / "tree"
-    tree.mkdir()
-    archive = subprocess.Popen(
-        ["git", "-C", str(ROOT), "archive", commit, "ddmd"], stdout=subprocess.PIPE
-    )
-    subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
-    if archive.wait():
-        raise SystemExit(f"jvm_threads: git archive {commit} failed")
-    os.environ["PYTHONPATH"] = str(tree)  # before the editable install's finder
-    return f"a snapshot of {ref} = {commit[:7]}"
+    said, snapshot = code_under_test(ref, work, "jvm_threads")
+    if snapshot is not None:
+        os.environ["PYTHONPATH"] = str(snapshot)  # before the editable install's finder
+    return said
 
 
 def write_config(

@@ -102,7 +102,7 @@ import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,7 @@ from typing import Any
 import httpx
 from children import Child
 from logcat_device import APP, APP_PID
+from proctree import find_adb_server, schedstat
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -149,33 +150,7 @@ MARK_LINE = re.compile(rb'"message":"benchmark-mark (\d+)"')
 # CPU of process trees, /proc/PID/task/*/schedstat
 
 
-def _tree_tids(pid: int, tree: bool) -> Iterator[tuple[int, int]]:
-    """(pid, tid) of every thread of ``pid`` and, with ``tree``, of its descendants."""
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            yield p, int(tid)
-            if tree:
-                with contextlib.suppress(OSError):
-                    kids = Path(f"/proc/{p}/task/{tid}/children").read_text().split()
-                    todo.extend(int(k) for k in kids)
-
-
-def threads_ns(pid: int, tree: bool = True) -> dict[tuple[int, int], tuple[int, int]]:
-    """(sum_exec_runtime, run-queue wait) in ns of every thread of ``pid`` (and its tree), by
-    (pid, tid): the first two fields of /proc/PID/task/TID/schedstat. The wait is time the
-    thread was runnable but had no CPU."""
-    out = {}
-    for p, tid in _tree_tids(pid, tree):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            run, wait = Path(f"/proc/{p}/task/{tid}/schedstat").read_text().split()[:2]
-            out[(p, tid)] = (int(run), int(wait))
-    return out
+threads_ns = schedstat
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -655,23 +630,6 @@ def run_adb(port: int, home: Path, *args: str) -> str:
     if done.returncode:
         raise RuntimeError(f"adb -P {port} {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout.strip()
-
-
-def find_adb_server(port: int) -> int:
-    """The pid of the adb server of tcp:``port`` (its command line says so)."""
-    mark = f"tcp:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                text = [w.decode(errors="replace") for w in words]
-                if "fork-server" in text and mark in text:
-                    return int(entry)
-        time.sleep(0.1)
-    raise RuntimeError(f"no adb server process for {mark}")
 
 
 def write_config(path: Path, adb_port: int) -> int:
