@@ -39,13 +39,14 @@ __all__ = ["attach", "attach_lines", "debugger_host", "exec_program"]
 STUDIO_CONFIGURATION = "Remote JVM Debug"
 STUDIO_MODE = "Attach to remote JVM"
 
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost", "0.0.0.0", "::", ""})
+#: Binds a debugger on this computer reaches as "localhost": loopback, or every address.
+_THIS_COMPUTER = frozenset({"127.0.0.1", "::1", "localhost", "0.0.0.0", "::", ""})
 
 
 def debugger_host(configured: str) -> str:
     """The host a debugger on this computer names: "localhost" for a loopback or every-address
     bind (``[debugger] host``), else that host."""
-    return "localhost" if configured in _LOOPBACK else configured
+    return "localhost" if configured in _THIS_COMPUTER else configured
 
 
 def exec_program(path: str, argv: list[str]) -> NoReturn:
