@@ -70,6 +70,7 @@ __all__ = [
     "PortKind",
     "Verdict",
     "check_peer",
+    "is_local_peer",
     "user_name",
     "warn_if_unchecked",
 ]
@@ -173,7 +174,8 @@ class PeerPolicy:
                 )
         elif facts.ours is not None and facts.peer is not None:
             owner = localproc.peer_owner(facts.ours, facts.peer, proc_root=proc_root)
-            verdict = self.judge_owner(owner, local_peer=_is_local(facts.peer[0], facts.ours[0]))
+            local = is_local_peer(facts.peer[0], facts.ours[0])
+            verdict = self.judge_owner(owner, local_peer=local)
         else:
             verdict = Verdict(
                 self.unknown == "allow", None, "owner unknown: [security] unknown_peer"
@@ -183,7 +185,7 @@ class PeerPolicy:
         return verdict
 
 
-def _is_local(peer: str, ours: str) -> bool:
+def is_local_peer(peer: str, ours: str) -> bool:
     """A peer on this machine: loopback, or the very address it connected to."""
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])

@@ -27,6 +27,7 @@ without waiting.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -60,7 +61,13 @@ def split_key(key: str) -> tuple[str, str]:
 
 def format_time(seconds: float) -> str:
     """ISO-8601 UTC to the second: ``2024-05-01T12:00:00Z``."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _format_second(int(seconds // 1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _format_second(second: int) -> str:
+    # Cached: a book of hundreds of VMs seen in the same few seconds is written out often.
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: object) -> float | None:

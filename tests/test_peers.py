@@ -525,11 +525,11 @@ async def test_scan_checks_the_vm_end_after_the_handshake(tmp_path, monkeypatch)
     config = make_config([port], tmp_path)
     asked: list[int] = []
 
-    async def foreign(policy: Any, stream: Any, **kw: Any) -> tuple[Verdict, int]:
-        asked.append(port)
-        return Verdict(False, FOREIGN, "not allowed", "mallory"), 0
+    async def foreign(self: Any, probed: Any, policy: Any) -> Verdict:
+        asked.append(probed.peer[1])
+        return Verdict(False, FOREIGN, "not allowed", "mallory")
 
-    monkeypatch.setattr(scan_module, "check_peer", foreign)
+    monkeypatch.setattr(scan_module.ScanLookups, "verdict", foreign)
     empty = tmp_path / "noproc"
     empty.mkdir()  # no tables for the look before connecting: the check after decides
     scanner = PortScanner(config, set, policy=PeerPolicy(frozenset({ME, 0})), proc_root=str(empty))

@@ -100,7 +100,7 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 @dataclass(frozen=True, slots=True)
-class _Row:
+class Row:
     local: IpAddress
     local_port: int
     remote: IpAddress
@@ -127,7 +127,7 @@ def listening_socket(
     IPv4 addresses, ``::`` serves both, as a dual-stack socket does). IPv4-mapped IPv6
     addresses count as their IPv4 address.
     """
-    target = _parse_host(host)
+    target = parse_host(host)
     if target is None:
         return None
     wildcard: SocketOwner | None = None
@@ -136,7 +136,7 @@ def listening_socket(
             continue
         if row.local == target:
             return SocketOwner(row.inode, row.uid)
-        if wildcard is None and _wildcard_serves(row.local, target):
+        if wildcard is None and wildcard_serves(row.local, target):
             wildcard = SocketOwner(row.inode, row.uid)
     return wildcard
 
@@ -153,7 +153,7 @@ def connected_socket(
     For the other end of a connection we made (or accepted), swap the two: the peer's socket
     has local = the peer's address, remote = ours.
     """
-    local_host, remote_host = _parse_host(local[0]), _parse_host(remote[0])
+    local_host, remote_host = parse_host(local[0]), parse_host(remote[0])
     if local_host is None or remote_host is None:
         return None
     for row in _rows(proc_root, byteorder, local[1]):
@@ -185,10 +185,10 @@ def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAd
     return _plain(address), int(port_hex, 16)
 
 
-def _rows(proc_root: str, byteorder: ByteOrder, local_port: int | None = None) -> Iterator[_Row]:
+def _rows(proc_root: str, byteorder: ByteOrder, local_port: int | None = None) -> Iterator[Row]:
     """The socket tables' rows; with ``local_port``, only those whose own end has that port
     (others are skipped before parsing: with hundreds of VMs the tables are long)."""
-    tables = _open_tables(proc_root)  # no IPv6 in this kernel, not Linux, or not readable
+    tables = open_tables(proc_root)  # no IPv6 in this kernel, not Linux, or not readable
     if tables is None:
         return
     suffix = None if local_port is None else _port_suffix(local_port)
@@ -198,12 +198,12 @@ def _rows(proc_root: str, byteorder: ByteOrder, local_port: int | None = None) -
                 fields = line.split(None, 2)
                 if len(fields) < 2 or fields[1][-5:].upper() != suffix:
                     continue
-            row = _parse_row(line, byteorder)
+            row = parse_row(line, byteorder)
             if row is not None:
                 yield row
 
 
-def _parse_row(line: str, byteorder: ByteOrder) -> _Row | None:
+def parse_row(line: str, byteorder: ByteOrder) -> Row | None:
     # "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
     fields = line.split()
     if len(fields) < 10:
@@ -216,7 +216,7 @@ def _parse_row(line: str, byteorder: ByteOrder) -> _Row | None:
         return None
     if len(state) != 2 or not _HEX.issuperset(state):
         return None
-    return _Row(local[0], local[1], remote[0], remote[1], state, uid, inode)
+    return Row(local[0], local[1], remote[0], remote[1], state, uid, inode)
 
 
 def _decimal(text: str) -> int | None:
@@ -229,7 +229,7 @@ def _plain(address: IpAddress) -> IpAddress:
     return address
 
 
-def _parse_host(host: str) -> IpAddress | None:
+def parse_host(host: str) -> IpAddress | None:
     text = host.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
@@ -239,7 +239,7 @@ def _parse_host(host: str) -> IpAddress | None:
         return None  # a host name: callers pass the numeric address of their connection
 
 
-def _wildcard_serves(bound: IpAddress, target: IpAddress) -> bool:
+def wildcard_serves(bound: IpAddress, target: IpAddress) -> bool:
     if not bound.is_unspecified:
         return False
     # "::" is dual-stack unless IPV6_V6ONLY was set, which the table does not show: assume it.
@@ -280,10 +280,15 @@ class _Tables:
     def __init__(self, files: list[TextIO]) -> None:
         self._files = files
 
-    def lines(self) -> Iterator[str]:
+    def lines(self, *, stop_after_listeners: bool = False) -> Iterator[str]:
+        """Every line of each table (headers too). ``stop_after_listeners``: a table is left
+        at its first row whose state is not LISTEN (see `listening_owners`)."""
         for f in self._files:
             try:
-                yield from f
+                for line in f:
+                    if stop_after_listeners and _past_listeners(line):
+                        break
+                    yield line
             except OSError:
                 continue  # the table went away mid-read: what was read stands
 
@@ -295,7 +300,12 @@ class _Tables:
             f.close()
 
 
-def _open_tables(proc_root: str) -> _Tables | None:
+def _past_listeners(line: str) -> bool:
+    fields = line.split(maxsplit=4)
+    return len(fields) >= 4 and fields[0].endswith(":") and fields[3].upper() != LISTEN
+
+
+def open_tables(proc_root: str) -> _Tables | None:
     """``net/tcp`` and ``net/tcp6``, opened; None when neither can be opened."""
     files: list[TextIO] = []
     for table in ("tcp", "tcp6"):
@@ -309,7 +319,7 @@ def _open_tables(proc_root: str) -> _Tables | None:
 
 def socket_tables_readable(proc_root: str = "/proc") -> bool:
     """True when at least one of ``net/tcp``/``net/tcp6`` can be read (Linux)."""
-    tables = _open_tables(proc_root)
+    tables = open_tables(proc_root)
     if tables is None:
         return False
     with tables:
@@ -337,11 +347,11 @@ def peer_owner(
     a row never counts as root's. Only lines whose ports match are parsed, so a machine with
     many sockets costs one read of each table and a string comparison per line.
     """
-    tables = _open_tables(proc_root)
+    tables = open_tables(proc_root)
     if tables is None:
         return PeerOwner(None, "unreadable")
     with tables:
-        our_host, peer_host = _parse_host(ours[0]), _parse_host(peer[0])
+        our_host, peer_host = parse_host(ours[0]), parse_host(peer[0])
         if our_host is None or peer_host is None:
             return PeerOwner(None, "absent")
         peer_suffix, our_suffix = _port_suffix(peer[1]), _port_suffix(ours[1])
@@ -352,7 +362,7 @@ def peer_owner(
                 continue
             if fields[1][-5:].upper() != peer_suffix or fields[2][-5:].upper() != our_suffix:
                 continue
-            row = _parse_row(line, byteorder)
+            row = parse_row(line, byteorder)
             if row is None or row.state == LISTEN:
                 continue
             if row.local != peer_host or row.remote != our_host:
@@ -370,16 +380,23 @@ def listening_owners(
     *,
     proc_root: str = "/proc",
     byteorder: ByteOrder = sys.byteorder,
+    listeners_first: bool = False,
 ) -> dict[int, int] | None:
     """For each of ``ports`` with a LISTEN socket that accepts connections to ``host`` (a
     numeric address), the uid that created that socket: the same choice as
     `listening_socket` (a listener bound to the address itself wins over a wildcard one), for
     many ports in one read of the tables. None when no table can be read or ``host`` is not
-    numeric."""
-    target = _parse_host(host)
+    numeric.
+
+    ``listeners_first``: stop reading each table at its first row in another state. Linux
+    prints a table's listening sockets before its connections (it walks the listening hash,
+    then the established one), so this reads a few rows where a busy machine has thousands;
+    on a kernel that did not, some listeners would be missed: for a fast path only, never
+    for a rule."""
+    target = parse_host(host)
     if target is None:
         return None
-    tables = _open_tables(proc_root)
+    tables = open_tables(proc_root)
     if tables is None:
         return None
     wanted = set(ports)
@@ -387,21 +404,21 @@ def listening_owners(
     exact: dict[int, int] = {}
     wildcard: dict[int, int] = {}
     with tables:
-        for line in tables.lines():
+        for line in tables.lines(stop_after_listeners=listeners_first):
             # Cheap tests first: most rows of a busy machine are connections on other ports.
             fields = line.split(maxsplit=4)
             if len(fields) < 4 or fields[3].upper() != LISTEN:
                 continue
             if fields[1][-4:].upper() not in wanted_hex:
                 continue
-            row = _parse_row(line, byteorder)
+            row = parse_row(line, byteorder)
             if row is None or row.state != LISTEN or row.inode == 0:
                 continue
             if row.local_port not in wanted:
                 continue
             if row.local == target:
                 exact.setdefault(row.local_port, row.uid)
-            elif _wildcard_serves(row.local, target):
+            elif wildcard_serves(row.local, target):
                 wildcard.setdefault(row.local_port, row.uid)
     return {**wildcard, **exact}
 
@@ -426,7 +443,7 @@ def process_of_inode(
     if inode <= 0:
         return None
     link = f"socket:[{inode}]"
-    pids = _pids(proc_root)
+    pids = list_pids(proc_root)
     if uid is not None:
         pids.sort(key=lambda pid: _owner(proc_root, pid) != uid)  # stable: owner's first
     # This process last: a monitor holds one socket per VM, the longest fd table to read,
@@ -443,7 +460,7 @@ def process_of_inode(
     return None
 
 
-def _pids(proc_root: str) -> list[int]:
+def list_pids(proc_root: str) -> list[int]:
     try:
         names = os.listdir(proc_root)
     except OSError:
@@ -485,7 +502,7 @@ def read_cmdline(pid: int, *, proc_root: str = "/proc") -> tuple[str, ...] | Non
     return tuple(w.decode("utf-8", "replace") for w in words)
 
 
-def _exe(proc_root: str, pid: int) -> str | None:
+def read_exe(proc_root: str, pid: int) -> str | None:
     try:
         return os.readlink(os.path.join(proc_root, str(pid), "exe"))
     except OSError:
@@ -586,7 +603,7 @@ def find_listener(
         if pid is None:
             return None
         cmdline = read_cmdline(pid, proc_root=proc_root) or ()
-        name = java_name(cmdline, exe=_exe(proc_root, pid))
+        name = java_name(cmdline, exe=read_exe(proc_root, pid))
         return LocalProcess(pid=pid, uid=owner.uid, name=name, cmdline=cmdline)
     except (OSError, ValueError):
         return None  # belt and braces: the helpers already answer None for what /proc holds

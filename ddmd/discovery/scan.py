@@ -1,7 +1,7 @@
 """Workstation discovery: probe a localhost port range for JDWP listeners.
 
 Layer: imports config, logs, netaddr, `discovery.connect` (handshake, closing, back-off) and
-`discovery.localproc`; used by `daemon`.
+`discovery.localproc` and `discovery.lookups`; used by `daemon`.
 
 Every ``interval`` seconds each port of the range that has no VM yet is tried: connect and
 JDWP handshake, each under a timeout. A successful probe's
@@ -10,10 +10,11 @@ listener is not JDWP (wrong handshake, silence, reset) is backed off exponential
 ``backoff_max`` and logged once, not at every scan. Refused connections are normal (nothing
 listens there) and are neither logged nor backed off.
 
-Each VM found is also looked up in ``/proc`` (``localproc.find_listener``: the process holding
-the other end of the probe's connection, its pid and ``jps``-style name), in a worker thread and
-within ``PROCESS_LOOKUP_TIMEOUT``: a slow ``/proc`` costs the VM its pid and name, never the
-discovery.
+Each VM found is also looked up in ``/proc`` (the process holding the other end of the probe's
+connection, its pid and ``jps``-style name) within ``PROCESS_LOOKUP_TIMEOUT``: a slow ``/proc``
+costs the VM its pid and name, never the discovery. The lookups of all the probes of a round
+share their readings of the socket tables and fd tables (`discovery.lookups`): hundreds of VMs
+opening their ports at once cost a few readings, not one each.
 
 Own VMs only (with a `peers.PeerPolicy`): a JVM another user started is not adopted. Before
 each round the LISTEN sockets of the ports to probe are looked up in the socket tables (one
@@ -40,14 +41,17 @@ import trio
 from ddmd.config import Config
 from ddmd.discovery import VmFound
 from ddmd.discovery.connect import NotJdwp, aclose_quietly, backoff, jdwp_handshake
-from ddmd.discovery.localproc import LocalProcess, find_listener, listening_owners
+from ddmd.discovery.localproc import LocalProcess, listening_owners
+from ddmd.discovery.lookups import Probed, ScanLookups
 from ddmd.logs import Event
 from ddmd.netaddr import host_port
-from ddmd.peers import LOOKUP_TIMEOUT, PeerPolicy, check_peer, user_name
+from ddmd.peers import LOOKUP_TIMEOUT, PeerPolicy, Verdict, user_name
 
 log = structlog.get_logger("ddmd.scan")
 
 PROBE_CONCURRENCY = 16
+#: Seconds between two looks at the LISTEN sockets of the scan range (`PortScanner.watch`).
+WATCH_INTERVAL = 0.1
 PROCESS_LOOKUP_TIMEOUT = 0.5  # seconds to find a VM's local process in /proc
 PROCESS_LOOKUP_THREADS = 2  # /proc scans at once (each reads every process's fd table)
 
@@ -87,7 +91,7 @@ class PortScanner:
         config: Config,
         held: Callable[[], set[int]],
         *,
-        lookup: ProcessLookup = find_listener,
+        lookup: ProcessLookup | None = None,
         policy: PeerPolicy | None = None,
         proc_root: str = "/proc",
     ) -> None:
@@ -96,14 +100,21 @@ class PortScanner:
         self._backoff: dict[int, _Backoff] = {}
         self._lookup = lookup
         self._lookup_limiter = trio.CapacityLimiter(PROCESS_LOOKUP_THREADS)
+        self.lookups = ScanLookups(
+            proc_root, owner_timeout=LOOKUP_TIMEOUT, process_timeout=PROCESS_LOOKUP_TIMEOUT
+        )
         self._policy = policy
         self._proc_root = proc_root
         self._foreign_logged: set[tuple[int, int]] = set()
+        self._probe_limiter = trio.CapacityLimiter(PROBE_CONCURRENCY)
+        self._probing: set[int] = set()
+        self._listening: set[int] = set()  # the range's listeners at the watch's last look
         self.probes = 0
 
     async def run(self, send: trio.MemorySendChannel[VmFound]) -> None:
         cfg = self._config.scan
-        async with send:
+        async with send, trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch, send)
             while True:
                 await self.scan_once(send)
                 await trio.sleep(cfg.interval)
@@ -119,19 +130,89 @@ class PortScanner:
         ]
         if self._policy is not None and ports:
             ports = await self._own_listeners(cfg.host, ports, self._policy)
-        limiter = trio.CapacityLimiter(PROBE_CONCURRENCY)
         async with trio.open_nursery() as nursery:
             for port in ports:
-                nursery.start_soon(self._probe, cfg.host, port, send, limiter)
+                nursery.start_soon(self._probe, cfg.host, port, send)
+
+    async def watch(self, send: trio.MemorySendChannel[VmFound]) -> None:
+        """Between scans, probe each port of the range as soon as a listener appears on it.
+
+        Every WATCH_INTERVAL the socket tables' LISTEN rows of the range are read (Linux
+        prints them first: the read stops at the first connection's row). A port whose
+        listener was not there at the last look, and that no VM holds, is probed at once. A
+        JVM is then found within a fraction of a second of opening its port, not within a scan
+        interval, and hundreds opening at once are spread over the time their probes take. The
+        rounds stay the rule, and the only way where the tables cannot be read (not Linux, a
+        host name)."""
+        cfg = self._config.scan
+        try:
+            ipaddress.ip_address(cfg.host)
+        except ValueError:
+            return  # the tables hold numeric addresses only
+        async with trio.open_nursery() as nursery:
+            while True:
+                owners: dict[int, int] | None = None
+                with trio.move_on_after(LOOKUP_TIMEOUT):
+                    owners = await trio.to_thread.run_sync(
+                        partial(
+                            listening_owners,
+                            cfg.host,
+                            cfg.ports,
+                            proc_root=self._proc_root,
+                            listeners_first=True,
+                        ),
+                        abandon_on_cancel=True,
+                        limiter=self._lookup_limiter,
+                    )
+                if owners is not None:
+                    for port in self._new_listeners(owners):
+                        nursery.start_soon(self._probe, cfg.host, port, send)
+                await trio.sleep(WATCH_INTERVAL)
+
+    def _new_listeners(self, owners: dict[int, int]) -> list[int]:
+        """The ports whose listener appeared since the last look, not held, not being probed,
+        not backed off, and (with a policy) owned by a user who may connect."""
+        appeared = set(owners) - self._listening
+        self._listening = set(owners)
+        if not appeared:
+            return []
+        held = self._held()
+        now = trio.current_time()
+        ports = []
+        for port in sorted(appeared):
+            if port in held or port in self._probing:
+                continue
+            if self._backoff.get(port, _Backoff()).next_try > now:
+                continue
+            uid = owners[port]
+            if self._policy is not None and not self._policy.uid_allowed(uid):
+                self._foreign(port, uid, user_name(uid), "its listening socket")
+                continue
+            ports.append(port)
+        return ports
 
     async def _probe(
         self,
         host: str,
         port: int,
         send: trio.MemorySendChannel[VmFound],
-        limiter: trio.CapacityLimiter,
     ) -> None:
-        async with limiter:
+        # One probe per port at a time: the watch and a scan round may both come to a port,
+        # and a second connection would hang on a JVM's one-connection agent.
+        if port in self._probing:
+            return
+        self._probing.add(port)
+        try:
+            await self._probe_port(host, port, send)
+        finally:
+            self._probing.discard(port)
+
+    async def _probe_port(
+        self, host: str, port: int, send: trio.MemorySendChannel[VmFound]
+    ) -> None:
+        async with self._probe_limiter:
+            if port in self._held():
+                return  # found meanwhile (by the watch, or the round before)
             self.probes += 1
             try:
                 stream, leftover = await open_jdwp(host, port, self._config)
@@ -189,7 +270,13 @@ class PortScanner:
         self, stream: trio.abc.Stream, host: str, port: int
     ) -> LocalProcess | None:
         """The process serving the probe's connection (pid, jps-style name); None when it
-        cannot be found within PROCESS_LOOKUP_TIMEOUT (the thread then stops by itself)."""
+        cannot be found within PROCESS_LOOKUP_TIMEOUT."""
+        if self._lookup is None:
+            probed = Probed.of(stream, self.lookups)
+            if probed is None:
+                return None
+            return await self.lookups.process(probed, host, port)
+        # A lookup given by the caller (tests): one call per VM, in a worker thread.
         client: tuple[str, int] | None = None
         if isinstance(stream, trio.SocketStream):
             try:
@@ -251,9 +338,11 @@ class PortScanner:
         ``unknown_peer`` says "refuse", is dropped quietly."""
         if not isinstance(stream, trio.SocketStream):
             return True  # not a socket (tests' memory streams): nothing to look up
-        verdict, _ = await check_peer(
-            policy, stream, proc_root=self._proc_root, limiter=self._lookup_limiter
-        )
+        probed = Probed.of(stream, self.lookups)
+        if probed is None:
+            verdict = Verdict(False, None, "it closed the connection before it could be checked")
+        else:
+            verdict = await self.lookups.verdict(probed, policy)
         if verdict.allowed:
             return True
         if verdict.uid is not None:

@@ -162,6 +162,24 @@ def test_listening_owners(tmp_path) -> None:
     assert listening_owners("127.0.0.1", ports, proc_root=str(empty)) is None
 
 
+def test_listening_owners_listeners_first(tmp_path) -> None:
+    # The order Linux prints: listeners, then connections. A listener printed after a
+    # connection (not what Linux does) is read only by the full read.
+    root = make_proc(
+        tmp_path / "p",
+        tcp=[JVM_LISTEN, JVM_ACCEPTED, PROBE_END, ANY4_LISTEN],
+        tcp6=[ANY6_LISTEN, MAPPED_ACCEPTED],
+    )
+    ports = [18123, 18125, 18126]
+    full = listening_owners("127.0.0.1", ports, proc_root=root, byteorder=LITTLE)
+    assert full == {18123: 1000, 18125: 0, 18126: 0}
+    fast = listening_owners(
+        "127.0.0.1", ports, proc_root=root, byteorder=LITTLE, listeners_first=True
+    )
+    # Each table is left at its first connection: tcp6's listener still counts.
+    assert fast == {18123: 1000, 18125: 0}
+
+
 # --------------------------------------------------------------------------------------------
 # The real /proc
 

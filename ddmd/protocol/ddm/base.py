@@ -5,6 +5,7 @@ the ``_Reader`` cursor every decoder reads through, and the ``Chunk`` base class
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
@@ -85,8 +86,12 @@ VIEW_DEBUG_TYPES: Final = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=256)
 def type_name(value: int) -> str:
-    """The four ASCII characters of a chunk type, or its hex value if they are not printable."""
+    """The four ASCII characters of a chunk type, or its hex value if they are not printable.
+
+    Cached (bounded: a VM may send any number of made-up types): every chunk read names its
+    type, and a monitor reads thousands of chunks a second."""
     if 0 <= value <= 0xFFFFFFFF:
         raw = value.to_bytes(4, "big")
         if all(0x20 <= b < 0x7F for b in raw):
