@@ -217,6 +217,7 @@ async def run(
                 send, receive = trio.open_memory_channel[VmFound | VmLost](0)
                 async with trio.open_nursery() as inner:
                     inner.start_soon(supervisor.run, receive)
+                    inner.start_soon(ports.run_saver)
                     inner.start_soon(
                         forget_old_ports, ports, registry, forget_after, bool(forgotten_at_start)
                     )

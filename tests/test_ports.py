@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from structlog.testing import capture_logs
 
 from ddmd import portbook as ports_module
@@ -218,6 +219,42 @@ async def test_vm_ports_skip_a_port_held_by_another_program(tmp_path: Path) -> N
         ("local|a", mid),
         ("local|b", high),
     ]
+
+
+async def test_vm_ports_saver_writes_a_burst_once_and_flushes_at_stop(tmp_path: Path) -> None:
+    ports = free_port_range(20)
+    book = PortBook(tmp_path / "ports.json", PortRange(ports[0], ports[-1]))
+    writes: list[str] = []
+    real_write = book.write
+
+    def counting_write(data: str) -> None:
+        writes.append(data)
+        real_write(data)
+
+    book.write = counting_write  # type: ignore[method-assign]
+    vm_ports = VmPorts(book, "127.0.0.1")
+    opened = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(vm_ports.run_saver, 0.2)
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(10):  # ten VMs opening together: none waits for a write
+                got = await vm_ports.open_for(f"local|a{i}")
+                assert got is not None
+                opened.append(got)
+            assert writes == []
+            await trio.sleep(0.5)
+            assert len(writes) == 1  # one write for the ten
+            got = await vm_ports.open_for("local|late")
+            assert got is not None
+            opened.append(got)
+            nursery.cancel_scope.cancel()  # the daemon stops before the delay is over
+        assert len(writes) == 2  # ... and what changed is written all the same
+        for listener, port in opened:
+            await listener.aclose()
+            vm_ports.release(port)
+    saved = dict(PortBook(tmp_path / "ports.json", PortRange(ports[0], ports[-1])).items())
+    assert set(saved) == {f"local|a{i}" for i in range(10)} | {"local|late"}
 
 
 # ------------------------------------------------------------------------------ last seen, expiry

@@ -113,6 +113,12 @@ class CurrentVmListener:
         handle.adopt_debugger(stream, peer, via="current")
 
 
+#: Seconds between a VM getting its port and the book's write (`VmPorts.run_saver`).
+SAVE_DELAY = 1.0
+#: Seconds the last write may take when the daemon stops.
+FINAL_SAVE_TIMEOUT = 2.0
+
+
 class VmPorts:
     """Hands out per-VM debugger ports from the configured range, using the PortBook so an app
     gets the same port after a restart. A port taken by another program is skipped (logged)."""
@@ -124,6 +130,7 @@ class VmPorts:
         self._in_use: set[int] = set()
         self._saving = False
         self._dirty = False
+        self._saver: trio.Event | None = None  # set while `run_saver` runs: wake it
         for problem in book.problems:
             log.warning(Event.PORTS_STATE_PROBLEM, problem=problem)
 
@@ -145,7 +152,10 @@ class VmPorts:
                 self._in_use.discard(port)
                 raise
             self._book.record(key, port)
-            await self._save()
+            if self._saver is not None:
+                self._saver.set()  # written a moment later, with the VMs starting meanwhile
+            else:
+                await self._save()
             return guarded(listener, self._guard, "vm_port"), port
         log.error(
             Event.DEBUGGER_PORT_SKIPPED,
@@ -160,6 +170,23 @@ class VmPorts:
     @property
     def book(self) -> PortBook:
         return self._book
+
+    async def run_saver(self, delay: float = SAVE_DELAY) -> None:
+        """Write the book after VMs got their ports, ``delay`` seconds after the first of them:
+        hundreds of VMs opening together cost one write, and none waits for it. What changed
+        is written before this task ends (the daemon stops)."""
+        try:
+            while True:
+                self._saver = trio.Event()
+                await self._saver.wait()
+                await trio.sleep(delay)
+                await self._save()
+        finally:
+            pending = self._saver is not None and self._saver.is_set()
+            self._saver = None
+            if pending:
+                with trio.CancelScope(shield=True), trio.move_on_after(FINAL_SAVE_TIMEOUT):
+                    await self._save()
 
     async def save(self) -> None:
         """Write the book now (after the control API or the daily clean-up changed it)."""
