@@ -38,8 +38,8 @@ from functools import partial
 import structlog
 import trio
 
-from ddmd.config import Config
-from ddmd.discovery import VmFound
+from ddmd.config import Config, PortRange
+from ddmd.discovery import VmFound, sockdiag
 from ddmd.discovery.connect import NotJdwp, aclose_quietly, backoff, jdwp_handshake
 from ddmd.discovery.localproc import LocalProcess, listening_owners
 from ddmd.discovery.lookups import Probed, ScanLookups
@@ -137,8 +137,8 @@ class PortScanner:
     async def watch(self, send: trio.MemorySendChannel[VmFound]) -> None:
         """Between scans, probe each port of the range as soon as a listener appears on it.
 
-        Every WATCH_INTERVAL the socket tables' LISTEN rows of the range are read (Linux
-        prints them first: the read stops at the first connection's row). A port whose
+        Every WATCH_INTERVAL the range's listening sockets are asked of the kernel
+        (`_listening_now`: netlink, or the socket tables' LISTEN rows). A port whose
         listener was not there at the last look, and that no VM holds, is probed at once. A
         JVM is then found within a fraction of a second of opening its port, not within a scan
         interval, and hundreds opening at once are spread over the time their probes take. The
@@ -154,13 +154,7 @@ class PortScanner:
                 owners: dict[int, int] | None = None
                 with trio.move_on_after(LOOKUP_TIMEOUT):
                     owners = await trio.to_thread.run_sync(
-                        partial(
-                            listening_owners,
-                            cfg.host,
-                            cfg.ports,
-                            proc_root=self._proc_root,
-                            listeners_first=True,
-                        ),
+                        partial(_listening_now, cfg.host, cfg.ports, self._proc_root),
                         abandon_on_cancel=True,
                         limiter=self._lookup_limiter,
                     )
@@ -395,6 +389,18 @@ class PortScanner:
         if state is None:
             return None
         return max(0.0, state.next_try - trio.current_time())
+
+
+def _listening_now(host: str, ports: PortRange, proc_root: str) -> dict[int, int] | None:
+    """Blocking: port -> uid of the range's listeners. Netlink (`sockdiag`) where it works: it
+    walks the listening sockets only, where reading /proc/net/tcp to its end walks the whole
+    connection table. Otherwise (or with a ``proc_root`` of tests) the tables, read up to their
+    first connection (Linux lists the listening sockets first)."""
+    if proc_root == "/proc":
+        found = sockdiag.listeners(host, ports)
+        if found is not None:
+            return found
+    return listening_owners(host, ports, proc_root=proc_root, listeners_first=True)
 
 
 def _foreign_listeners(

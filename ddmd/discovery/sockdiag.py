@@ -1,0 +1,115 @@
+"""The machine's listening TCP sockets, asked of the kernel over netlink (``sock_diag``).
+
+Layer: standard library only; blocking (one request and its answer: run it in a worker thread).
+
+The scanner's watch looks for new listeners ten times a second. Reading ``/proc/net/tcp`` for
+that costs a walk of the kernel's whole connection hash table to reach the end of the file
+(about a millisecond here even with a handful of sockets), once per table and per look. A
+``SOCK_DIAG_BY_FAMILY`` dump that asks for the LISTEN state only walks the listening sockets
+(the kernel skips the connection table when no other state is asked for): tens of
+microseconds. It is the interface ``ss -l`` uses (``linux/inet_diag.h``).
+
+Where netlink cannot be used (not Linux, a sandbox without ``NETLINK_SOCK_DIAG``), `listeners`
+answers None and the caller reads the tables instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from collections.abc import Collection
+from typing import Final
+
+from ddmd.discovery.localproc import IpAddress, parse_host, wildcard_serves
+
+__all__ = ["listeners"]
+
+_NETLINK_SOCK_DIAG: Final = 4
+_SOCK_DIAG_BY_FAMILY: Final = 20
+_NLM_F_REQUEST_DUMP: Final = 0x0001 | 0x0300  # NLM_F_REQUEST | NLM_F_ROOT | NLM_F_MATCH
+_NLMSG_ERROR: Final = 2
+_NLMSG_DONE: Final = 3
+_TCP_LISTEN: Final = 10
+_HEADER: Final = struct.Struct("=IHHII")  # struct nlmsghdr
+# struct inet_diag_req_v2 without its sockid (48 bytes of zeros: every socket)
+_REQUEST: Final = struct.Struct("=BBBBI")
+_SOCKID_SIZE: Final = 48
+# struct inet_diag_msg: family, state, timer, retrans; sockid (sport, dport, src[16], dst[16],
+# if, cookie[2]); expires, rqueue, wqueue, uid, inode
+_MESSAGE_SIZE: Final = 72
+_PORTS: Final = struct.Struct(">HH")
+_UID_INODE: Final = struct.Struct("=II")
+#: Seconds the kernel may take to answer (it answers at once; a sandbox might not).
+TIMEOUT: Final = 1.0
+
+
+def listeners(host: str, ports: Collection[int]) -> dict[int, int] | None:
+    """For each of ``ports`` with a LISTEN socket that accepts connections to ``host`` (a
+    numeric address), the uid that created it: the same answer as
+    `localproc.listening_owners`. None when netlink cannot tell (not Linux, not allowed) or
+    ``host`` is not numeric."""
+    target = parse_host(host)
+    if target is None:
+        return None
+    wanted = set(ports)
+    exact: dict[int, int] = {}
+    wildcard: dict[int, int] = {}
+    try:
+        rows = _dump(socket.AF_INET) + _dump(socket.AF_INET6)
+    except (OSError, ValueError, struct.error):
+        return None
+    for address, port, uid, inode in rows:
+        if port not in wanted or inode == 0:
+            continue
+        if address == target:
+            exact.setdefault(port, uid)
+        elif wildcard_serves(address, target):
+            wildcard.setdefault(port, uid)
+    return {**wildcard, **exact}
+
+
+def _dump(family: int) -> list[tuple[IpAddress, int, int, int]]:
+    """(local address, port, uid, inode) of each listening TCP socket of ``family``."""
+    request = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN)
+    request += bytes(_SOCKID_SIZE)
+    header = _HEADER.pack(
+        _HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0
+    )
+    rows: list[tuple[IpAddress, int, int, int]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
+        sock.settimeout(TIMEOUT)
+        sock.sendall(header + request)
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ValueError("netlink closed before the end of the dump")
+            at = 0
+            while at + _HEADER.size <= len(data):
+                length, kind, _flags, _seq, _pid = _HEADER.unpack_from(data, at)
+                if length < _HEADER.size or at + length > len(data):
+                    raise ValueError("a truncated netlink message")
+                if kind == _NLMSG_DONE:
+                    return rows
+                if kind == _NLMSG_ERROR:
+                    (code,) = struct.unpack_from("=i", data, at + _HEADER.size)
+                    raise OSError(-code, "sock_diag refused the dump")
+                body = data[at + _HEADER.size : at + length]
+                if len(body) >= _MESSAGE_SIZE and body[1] == _TCP_LISTEN:
+                    rows.append(_row(body))
+                at += (length + 3) & ~3
+
+
+def _row(body: bytes) -> tuple[IpAddress, int, int, int]:
+    family = body[0]
+    port, _ = _PORTS.unpack_from(body, 4)
+    raw = body[8:24]
+    address: IpAddress
+    if family == socket.AF_INET:
+        address = ipaddress.IPv4Address(raw[:4])
+    else:
+        address = ipaddress.IPv6Address(raw)
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+    uid, inode = _UID_INODE.unpack_from(body, 64)
+    return address, port, uid, inode
