@@ -15,6 +15,7 @@ answers None and the caller reads the tables instead.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -101,9 +102,14 @@ def _dump(family: int) -> list[tuple[IpAddress, int, int, int]]:
 
 
 def _row(body: bytes) -> tuple[IpAddress, int, int, int]:
-    family = body[0]
     port, _ = _PORTS.unpack_from(body, 4)
-    raw = body[8:24]
+    uid, inode = _UID_INODE.unpack_from(body, 64)
+    return _address(body[0], body[8:24]), port, uid, inode
+
+
+@functools.lru_cache(maxsize=64)
+def _address(family: int, raw: bytes) -> IpAddress:
+    # Cached: hundreds of listeners share an address or two, looked at ten times a second.
     address: IpAddress
     if family == socket.AF_INET:
         address = ipaddress.IPv4Address(raw[:4])
@@ -111,5 +117,4 @@ def _row(body: bytes) -> tuple[IpAddress, int, int, int]:
         address = ipaddress.IPv6Address(raw)
         if address.ipv4_mapped is not None:
             address = address.ipv4_mapped
-    uid, inode = _UID_INODE.unpack_from(body, 64)
-    return address, port, uid, inode
+    return address
