@@ -207,6 +207,8 @@ class PortScanner:
         async with self._probe_limiter:
             if port in self._held():
                 return  # found meanwhile (by the watch, or the round before)
+            if self._backoff.get(port, _Backoff()).next_try > trio.current_time():
+                return  # the round's other probe of it, or the watch's, found no JVM there
             self.probes += 1
             try:
                 stream, leftover = await open_jdwp(host, port, self._config)
