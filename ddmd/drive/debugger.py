@@ -70,6 +70,28 @@ class Outbox:
         self.queued += len(data)
         return True
 
+    def send_now(self, data: bytes) -> bool | None:
+        """The relay's common case in one step: when nothing is queued or being written, write
+        ``data`` at once. True when it was written whole; False when the socket took part or
+        none of it (the rest is queued: the caller has it flushed); None when the outbox is not
+        idle, and nothing was done (the caller takes the general path: `put`). No coroutine."""
+        sock = self.sock
+        if self.queue or self.busy or self.broken is not None or sock is None:
+            return None
+        fd = sock.fileno()
+        try:
+            sent = os.write(fd, data) if fd >= 0 else 0
+        except OSError:
+            sent = 0  # not now (BlockingIOError), or an error that flush meets and reports
+        if sent == len(data):
+            self.packets += 1
+            self.written += sent
+            return True
+        self.written += sent
+        self.queue.append(data[sent:] if sent else data)
+        self.queued += len(data) - sent
+        return False
+
     def write_now(self) -> bool:
         """Write what is queued without waiting, if the socket takes all of it now (the common
         case); True when nothing is left to write. Anything the socket does not take at once

@@ -63,6 +63,7 @@ class DebuggerSide:
     _numbers: itertools.count[int]
     _timer_changed: trio.Event
     _dirty: list[Outbox]
+    _vm: Outbox | None
     _port_key: str | None
     _debugger_port: int | None
     _slow_debuggers: int
@@ -192,7 +193,11 @@ class DebuggerSide:
                     data = bytes(data)  # trio gives bytes: no copy
                     relayed = session.relay_debugger(debugger.number, data)
                     if relayed is not None:
-                        self._act(relayed)
+                        vm = self._vm
+                        if vm is None or (written := vm.send_now(relayed.data)) is None:
+                            self._act(relayed)
+                        elif not written:
+                            self._dirty.append(vm)
                     else:
                         self._feed(DebuggerBytes(debugger.number, data))
                     if self._dirty and not self._write_now():
@@ -201,6 +206,9 @@ class DebuggerSide:
                             await self._flush(reads=debugger.outbox)
                         finally:
                             debugger.writing = False
+                    elif relayed is not None:
+                        # As a byte relay's send does (see VmDriver._read).
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                     if debugger.end_reason is not None or not data:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
