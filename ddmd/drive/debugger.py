@@ -154,6 +154,7 @@ class Outbox:
                             self.packets += 1
                             self.written += sent
                             continue
+                        self.written += sent  # the rest is counted once send_all took it
                         data = data[sent:]
                     await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -183,6 +184,18 @@ class Outbox:
     def overdue(self, now: float) -> bool:
         """A write has been waiting longer than allowed (the other end stopped reading)."""
         return self.since is not None and now - self.since > self.allowed
+
+
+def send_relayed(outbox: Outbox, data: bytes, dirty: list[Outbox]) -> bool:
+    """Write a packet of the relay lane (`Outbox.send_now`); what the socket did not take is
+    queued and the outbox marked in ``dirty`` for the flush. False when the outbox was not idle
+    and nothing was done: the caller takes the general path, which keeps the order."""
+    written = outbox.send_now(data)
+    if written is None:
+        return False
+    if not written:
+        dirty.append(outbox)
+    return True
 
 
 @dataclass(eq=False)

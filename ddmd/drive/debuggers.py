@@ -23,11 +23,12 @@ from ddmd.drive.debugger import (
     DebuggerConnection,
     Outbox,
     OutboxBroken,
+    send_relayed,
 )
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
-from ddmd.session.commands import Command
+from ddmd.session.commands import Command, Log, SendToDebugger
 from ddmd.session.inputs import (
     DebuggerBytes,
     DebuggerJoined,
@@ -194,10 +195,8 @@ class DebuggerSide:
                     relayed = session.relay_debugger(debugger.number, data)
                     if relayed is not None:
                         vm = self._vm
-                        if vm is None or (written := vm.send_now(relayed.data)) is None:
+                        if vm is None or not send_relayed(vm, relayed.data, self._dirty):
                             self._act(relayed)
-                        elif not written:
-                            self._dirty.append(vm)
                     else:
                         self._feed(DebuggerBytes(debugger.number, data))
                     if self._dirty and not self._write_now():
@@ -207,13 +206,23 @@ class DebuggerSide:
                         finally:
                             debugger.writing = False
                     elif relayed is not None:
-                        # As a byte relay's send does (see VmDriver._read).
-                        await trio.lowlevel.cancel_shielded_checkpoint()
+                        await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
                     if debugger.end_reason is not None or not data:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 reason = f"connection error: {exc}"
         self._leave(debugger, debugger.end_reason or reason)
+
+    def _to_debugger(self, relayed: SendToDebugger) -> None:
+        """The relay lane's reply, written at once when the debugger's outbox is idle."""
+        to = self._debuggers.get(relayed.debugger)
+        if to and not to.gone and not send_relayed(to.outbox, relayed.data, self._dirty):
+            self._act(relayed)
+
+    def _add_debugger_fields(self, command: Log) -> None:
+        debugger = self._debuggers.get(int(command.fields.get("debugger", 0)))
+        if debugger is not None:
+            command.fields.update(peer=debugger.peer, via=debugger.via, port=debugger.port)
 
     def _leave(self, debugger: DebuggerConnection, reason: str) -> None:
         """The debugger's connection is over: tell the session (once) and close it."""

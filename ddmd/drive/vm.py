@@ -396,21 +396,16 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             relayed = self._session.relay_vm(data)
             if relayed is not None:
                 broken = None
-                self._relay_to_debugger(relayed)
+                self._to_debugger(relayed)
             else:
                 broken = self._feed_vm(VmBytes(data))
             if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
             elif relayed is not None:
-                # As a byte relay's send does: let the other tasks run before this one reads
-                # again. The debugger's next command (or another reply) is often there by then,
-                # where reading at once finds nothing and parks this task in epoll for a reply
-                # that is microseconds away (issue 21: 1.3x a plain relay's latency without it).
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            if self._captures:
-                for capture in list(self._captures.values()):
-                    if capture.queued > HIGH_WATER:
-                        await capture.wait_room()  # the disk is behind: let TCP slow the VM
+                await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
+            for capture in list(self._captures.values()):
+                if capture.queued > HIGH_WATER:
+                    await capture.wait_room()  # the disk is behind: let TCP slow the VM down
             if broken is not None:
                 return broken
 
@@ -538,23 +533,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 self._conn_scope.cancel()
         else:
             raise RuntimeError(f"the VM driver cannot carry out {command!r}")
-
-    def _relay_to_debugger(self, command: SendToDebugger) -> None:
-        """`_act` for the relay lane's reply: written at once when the debugger's outbox is
-        idle (no queue, no dirty list), else the general path."""
-        debugger = self._debuggers.get(command.debugger)
-        if debugger is None or debugger.gone:
-            return
-        written = debugger.outbox.send_now(command.data)
-        if written is None:
-            self._act(command)
-        elif not written:
-            self._dirty.append(debugger.outbox)
-
-    def _add_debugger_fields(self, command: Log) -> None:
-        debugger = self._debuggers.get(int(command.fields.get("debugger", 0)))
-        if debugger is not None:
-            command.fields.update(peer=debugger.peer, via=debugger.via, port=debugger.port)
 
     def _write_now(self) -> bool:
         """Write the outboxes that got bytes, in order, as far as their sockets take them at
