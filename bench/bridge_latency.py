@@ -1296,6 +1296,20 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
             info.append(
                 f"  adb, {LABELS[w]}: a plain trio relay's hop on the adb path {span(relay_hop)} us"
             )
+        # Is ddmlib's hop within a Python relay's reach at all, and how far is ddmd from one?
+        floor = per_round(
+            lambda r, w=w: paired(hop(r, "trio relay via adb", w), hop(r, "ddmlib via adb", w))
+        )
+        if floor:
+            info.append(f"  adb, {LABELS[w]}: hop trio relay / ddmlib {span(floor, '.2f')}x")
+        at_floor = per_round(
+            lambda r, w=w: paired(added(r, "ddmd via adb", w), added(r, "trio relay via adb", w))
+        )
+        if at_floor:
+            info.append(
+                f"  adb, {LABELS[w]}: added latency ddmd via adb / trio relay via adb"
+                f" {span(at_floor, '.2f')}x"
+            )
         socat = per_round(lambda r, w=w: paired(added(r, "socat", w), added(r, "trio relay", w)))
         if socat:
             info.append(
