@@ -206,7 +206,7 @@ class DebuggerSide:
                             await self._flush(reads=debugger.outbox)
                         finally:
                             debugger.writing = False
-                    elif relayed is not None:
+                    else:
                         await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
                     if debugger.end_reason is not None or not data:
                         break

@@ -402,7 +402,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 broken = self._feed_vm(VmBytes(data))
             if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
-            elif relayed is not None:
+            else:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
             for capture in list(self._captures.values()):
                 if capture.queued > HIGH_WATER:
