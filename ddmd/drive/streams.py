@@ -56,13 +56,9 @@ class Reader:
             if fd < 0:
                 raise trio.ClosedResourceError("the socket is closed")
             try:
-                data = os.read(fd, max_bytes)
+                return os.read(fd, max_bytes)
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(sock)
-                continue
+                pass
             except OSError as exc:
                 raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-            # As receive_some does: the task that sent what was just read runs before this
-            # one passes it on (docs/design.md, the relay lane).
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
+            await trio.lowlevel.wait_readable(sock)
