@@ -26,7 +26,6 @@ from ddmd.drive.debugger import (
     send_relayed,
 )
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
-from ddmd.drive.streams import Reader
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
 from ddmd.session.commands import Command, Log, SendToDebugger
@@ -179,20 +178,20 @@ class DebuggerSide:
             deadline = trio.current_time() + self._config.timeouts.handshake
             session = self._session
             router = session.router
-            reader = Reader(debugger.stream)
             try:
                 while not debugger.gone:
                     if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
-                        data = await reader.receive(RECEIVE_SIZE)
+                        data = await debugger.stream.receive_some(RECEIVE_SIZE)
                     else:  # the handshake has a deadline; an attached debugger may be idle
                         with trio.move_on_at(deadline) as scope:
-                            data = await reader.receive(RECEIVE_SIZE)
+                            data = await debugger.stream.receive_some(RECEIVE_SIZE)
                         if scope.cancelled_caught:
                             self._log.warning(
                                 Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer
                             )
                             reason = "handshake timed out"
                             break
+                    data = bytes(data)  # trio gives bytes: no copy
                     relayed = session.relay_debugger(debugger.number, data)
                     if relayed is not None:
                         vm = self._vm
@@ -206,7 +205,7 @@ class DebuggerSide:
                             await self._flush(reads=debugger.outbox)
                         finally:
                             debugger.writing = False
-                    else:
+                    elif relayed is not None:
                         await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
                     if debugger.end_reason is not None or not data:
                         break

@@ -43,7 +43,6 @@ from ddmd.drive.debuggers import RECEIVE_SIZE, DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
-from ddmd.drive.streams import Reader
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
@@ -383,10 +382,9 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             self._feed(VmClosed(reason))
 
     async def _read(self, stream: trio.abc.Stream) -> str:
-        reader = Reader(stream)
         while True:
             try:
-                data = await reader.receive(RECEIVE_SIZE)
+                data = await stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 return f"connection error: {exc}"
             if not data:
@@ -394,6 +392,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 return self._feed_vm(VmBytes(b"")) or "eof"
             self._packets_in += 1
             self._bytes_in += len(data)
+            data = bytes(data)  # trio gives bytes: no copy
             relayed = self._session.relay_vm(data)
             if relayed is not None:
                 broken = None
@@ -402,7 +401,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 broken = self._feed_vm(VmBytes(data))
             if self._dirty and not self._write_now():
                 await self._flush(reads=self._vm)
-            else:
+            elif relayed is not None:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
             for capture in list(self._captures.values()):
                 if capture.queued > HIGH_WATER:

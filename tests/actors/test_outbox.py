@@ -1,5 +1,4 @@
-"""Outbox.send_now and Reader: the relay lane's one-step write and its reads, on a real socket
-pair.
+"""Outbox.send_now: the relay lane's one-step write, on a real socket pair.
 
 Written whole when the outbox is idle; the rest queued, in order, when the socket takes part of
 it; nothing done when something waits before it (the caller's general path keeps the order).
@@ -9,11 +8,9 @@ from __future__ import annotations
 
 import socket
 
-import pytest
 import trio
 
 from ddmd.drive.debugger import Outbox
-from ddmd.drive.streams import Reader
 
 
 def pair() -> tuple[trio.SocketStream, socket.socket]:
@@ -69,55 +66,3 @@ async def test_busy_broken_or_closed_outboxes_do_nothing_at_once() -> None:
         await stream.aclose()
         assert box.send_now(b"x") is False  # closed: queued, and flush reports the error
         assert box.queued == 1
-
-
-# --------------------------------------------------------------------------------------------
-# Reader: the relay loops' reads
-
-
-async def test_reader_reads_what_is_waiting_and_waits_for_more() -> None:
-    stream, peer = pair()
-    with peer:
-        reader = Reader(stream)
-        peer.sendall(b"waiting")
-        assert await reader.receive(1024) == b"waiting"
-        async with trio.open_nursery() as nursery:
-
-            async def later() -> None:
-                await trio.sleep(0.05)
-                peer.sendall(b"later")
-
-            nursery.start_soon(later)
-            assert await reader.receive(1024) == b"later"  # parked until it came
-        peer.shutdown(socket.SHUT_WR)
-        assert await reader.receive(1024) == b""  # the end
-        await stream.aclose()
-
-
-async def test_reader_closed_by_another_task_while_waiting() -> None:
-    stream, peer = pair()
-    with peer:
-        reader = Reader(stream)
-        async with trio.open_nursery() as nursery:
-
-            async def close_soon() -> None:
-                await trio.sleep(0.05)
-                await stream.aclose()
-
-            nursery.start_soon(close_soon)
-            with pytest.raises(trio.ClosedResourceError):
-                await reader.receive(1024)
-        with pytest.raises(trio.ClosedResourceError):
-            await reader.receive(1024)
-
-
-async def test_reader_is_cancellable_while_bytes_keep_coming() -> None:
-    stream, peer = pair()
-    with peer:
-        reader = Reader(stream)
-        peer.sendall(b"x" * 1000)
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            await reader.receive(10)  # bytes are waiting, but the scope is cancelled
-        assert scope.cancelled_caught
-        await stream.aclose()
