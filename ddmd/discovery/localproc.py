@@ -42,8 +42,8 @@ import ipaddress
 import os
 import sys
 import time
-from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, TextIO
 
 
@@ -127,18 +127,7 @@ def listening_socket(
     IPv4 addresses, ``::`` serves both, as a dual-stack socket does). IPv4-mapped IPv6
     addresses count as their IPv4 address.
     """
-    target = parse_host(host)
-    if target is None:
-        return None
-    wildcard: SocketOwner | None = None
-    for row in _rows(proc_root, byteorder, port):
-        if row.state != LISTEN or row.local_port != port or row.inode == 0:
-            continue
-        if row.local == target:
-            return SocketOwner(row.inode, row.uid)
-        if wildcard is None and wildcard_serves(row.local, target):
-            wildcard = SocketOwner(row.inode, row.uid)
-    return wildcard
+    return SocketTable.read(proc_root, byteorder, local_ports={port}).listening(host, port)
 
 
 def connected_socket(
@@ -153,20 +142,7 @@ def connected_socket(
     For the other end of a connection we made (or accepted), swap the two: the peer's socket
     has local = the peer's address, remote = ours.
     """
-    local_host, remote_host = parse_host(local[0]), parse_host(remote[0])
-    if local_host is None or remote_host is None:
-        return None
-    for row in _rows(proc_root, byteorder, local[1]):
-        if (
-            row.state == ESTABLISHED
-            and row.inode != 0
-            and row.local_port == local[1]
-            and row.remote_port == remote[1]
-            and row.local == local_host
-            and row.remote == remote_host
-        ):
-            return SocketOwner(row.inode, row.uid)
-    return None
+    return SocketTable.read(proc_root, byteorder, local_ports={local[1]}).connected(local, remote)
 
 
 def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAddress, int] | None:
@@ -183,24 +159,6 @@ def parse_address(text: str, byteorder: ByteOrder = sys.byteorder) -> tuple[IpAd
     )
     address: IpAddress = ipaddress.IPv4Address(raw) if len(raw) == 4 else ipaddress.IPv6Address(raw)
     return _plain(address), int(port_hex, 16)
-
-
-def _rows(proc_root: str, byteorder: ByteOrder, local_port: int | None = None) -> Iterator[Row]:
-    """The socket tables' rows; with ``local_port``, only those whose own end has that port
-    (others are skipped before parsing: with hundreds of VMs the tables are long)."""
-    tables = open_tables(proc_root)  # no IPv6 in this kernel, not Linux, or not readable
-    if tables is None:
-        return
-    suffix = None if local_port is None else _port_suffix(local_port)
-    with tables:
-        for line in tables.lines():
-            if suffix is not None:
-                fields = line.split(None, 2)
-                if len(fields) < 2 or fields[1][-5:].upper() != suffix:
-                    continue
-            row = parse_row(line, byteorder)
-            if row is not None:
-                yield row
 
 
 def parse_row(line: str, byteorder: ByteOrder) -> Row | None:
@@ -330,6 +288,98 @@ def _port_suffix(port: int) -> str:
     return f":{port:04X}"
 
 
+_Ends = tuple[IpAddress, int, IpAddress, int]  # local address and port, remote address and port
+
+
+@dataclass(slots=True)
+class SocketTable:
+    """One reading of the socket tables. ``readable`` is False when no table could be opened
+    (not Linux, or ``/proc`` hidden): every answer is then "unreadable" / None."""
+
+    readable: bool = False
+    _by_ends: dict[_Ends, Row] = field(default_factory=dict)
+    _listening: dict[int, list[Row]] = field(default_factory=dict)
+
+    @classmethod
+    def read(
+        cls,
+        proc_root: str = "/proc",
+        byteorder: ByteOrder = sys.byteorder,
+        *,
+        local_ports: Collection[int] | None = None,
+    ) -> SocketTable:
+        """Both tables, whole, or with ``local_ports`` only the rows whose own end has one of
+        those ports (the others are skipped before parsing: with hundreds of VMs, or under
+        connection churn, the tables are long)."""
+        tables = open_tables(proc_root)
+        if tables is None:
+            return cls()
+        table = cls(readable=True)
+        suffixes = None if local_ports is None else {_port_suffix(p) for p in local_ports}
+        with tables:
+            for line in tables.lines():
+                if suffixes is not None:
+                    fields = line.split(None, 2)
+                    if len(fields) < 2 or fields[1][-5:].upper() not in suffixes:
+                        continue
+                row = parse_row(line, byteorder)
+                if row is not None:
+                    table._add(row)
+        return table
+
+    def _add(self, row: Row) -> None:
+        if row.state == LISTEN:
+            if row.inode != 0:
+                self._listening.setdefault(row.local_port, []).append(row)
+            return
+        ends = (row.local, row.local_port, row.remote, row.remote_port)
+        known = self._by_ends.get(ends)
+        # A live socket wins over a closed one with the same ends (a TIME_WAIT left behind).
+        if known is None or _closed(known):
+            self._by_ends[ends] = row
+
+    def peer_owner(self, ours: tuple[str, int], peer: tuple[str, int]) -> PeerOwner:
+        """Who holds the far end of one of our connections (`localproc.peer_owner`)."""
+        if not self.readable:
+            return PeerOwner(None, "unreadable")
+        our_host, peer_host = parse_host(ours[0]), parse_host(peer[0])
+        if our_host is None or peer_host is None:
+            return PeerOwner(None, "absent")
+        row = self._by_ends.get((peer_host, peer[1], our_host, ours[1]))
+        if row is None:
+            return PeerOwner(None, "absent")
+        if _closed(row):
+            return PeerOwner(None, "closed")
+        return PeerOwner(row.uid, "found")
+
+    def connected(self, local: tuple[str, int], remote: tuple[str, int]) -> SocketOwner | None:
+        """The ESTABLISHED socket whose own end is ``local`` and whose peer is ``remote``."""
+        local_host, remote_host = parse_host(local[0]), parse_host(remote[0])
+        if local_host is None or remote_host is None:
+            return None
+        row = self._by_ends.get((local_host, local[1], remote_host, remote[1]))
+        if row is None or row.state != ESTABLISHED or row.inode == 0:
+            return None
+        return SocketOwner(row.inode, row.uid)
+
+    def listening(self, host: str, port: int) -> SocketOwner | None:
+        """The LISTEN socket accepting connections to ``host:port`` (`listening_socket`)."""
+        target = parse_host(host)
+        if target is None:
+            return None
+        wildcard: SocketOwner | None = None
+        for row in self._listening.get(port, ()):
+            if row.local == target:
+                return SocketOwner(row.inode, row.uid)
+            if wildcard is None and wildcard_serves(row.local, target):
+                wildcard = SocketOwner(row.inode, row.uid)
+        return wildcard
+
+
+def _closed(row: Row) -> bool:
+    return row.inode == 0 or row.state == TIME_WAIT
+
+
 def peer_owner(
     ours: tuple[str, int],
     peer: tuple[str, int],
@@ -344,34 +394,10 @@ def peer_owner(
     ``ours``, in any state but LISTEN: a peer that already sent its bytes and half-closed
     (FIN_WAIT) still has its owner. Rows without an owner, TIME_WAIT rows and those of sockets
     their process already closed (inode 0, where the uid column reads 0), answer "closed": such
-    a row never counts as root's. Only lines whose ports match are parsed, so a machine with
+    a row never counts as root's. Only lines whose port matches are parsed, so a machine with
     many sockets costs one read of each table and a string comparison per line.
     """
-    tables = open_tables(proc_root)
-    if tables is None:
-        return PeerOwner(None, "unreadable")
-    with tables:
-        our_host, peer_host = parse_host(ours[0]), parse_host(peer[0])
-        if our_host is None or peer_host is None:
-            return PeerOwner(None, "absent")
-        peer_suffix, our_suffix = _port_suffix(peer[1]), _port_suffix(ours[1])
-        closed = False
-        for line in tables.lines():
-            fields = line.split(maxsplit=10)
-            if len(fields) < 10:
-                continue
-            if fields[1][-5:].upper() != peer_suffix or fields[2][-5:].upper() != our_suffix:
-                continue
-            row = parse_row(line, byteorder)
-            if row is None or row.state == LISTEN:
-                continue
-            if row.local != peer_host or row.remote != our_host:
-                continue
-            if row.inode == 0 or row.state == TIME_WAIT:
-                closed = True
-                continue
-            return PeerOwner(row.uid, "found")
-    return PeerOwner(None, "closed" if closed else "absent")
+    return SocketTable.read(proc_root, byteorder, local_ports={peer[1]}).peer_owner(ours, peer)
 
 
 def listening_owners(
@@ -401,8 +427,7 @@ def listening_owners(
         return None
     wanted = set(ports)
     wanted_hex = {f"{port:04X}" for port in wanted}
-    exact: dict[int, int] = {}
-    wildcard: dict[int, int] = {}
+    listeners: list[tuple[IpAddress, int, int]] = []
     with tables:
         for line in tables.lines(stop_after_listeners=listeners_first):
             # Cheap tests first: most rows of a busy machine are connections on other ports.
@@ -412,14 +437,26 @@ def listening_owners(
             if fields[1][-4:].upper() not in wanted_hex:
                 continue
             row = parse_row(line, byteorder)
-            if row is None or row.state != LISTEN or row.inode == 0:
-                continue
-            if row.local_port not in wanted:
-                continue
-            if row.local == target:
-                exact.setdefault(row.local_port, row.uid)
-            elif wildcard_serves(row.local, target):
-                wildcard.setdefault(row.local_port, row.uid)
+            if row is not None and row.state == LISTEN and row.inode != 0:
+                listeners.append((row.local, row.local_port, row.uid))
+    return choose_listeners(listeners, target, wanted)
+
+
+def choose_listeners(
+    listeners: Iterable[tuple[IpAddress, int, int]], target: IpAddress, wanted: Collection[int]
+) -> dict[int, int]:
+    """port -> uid of the listener that accepts connections to ``target`` on each of the
+    ``wanted`` ports, from (bound address, port, uid) of listening sockets: one bound to the
+    address itself wins over a wildcard one, as in `SocketTable.listening`."""
+    exact: dict[int, int] = {}
+    wildcard: dict[int, int] = {}
+    for address, port, uid in listeners:
+        if port not in wanted:
+            continue
+        if address == target:
+            exact.setdefault(port, uid)
+        elif wildcard_serves(address, target):
+            wildcard.setdefault(port, uid)
     return {**wildcard, **exact}
 
 

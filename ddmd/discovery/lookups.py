@@ -28,8 +28,14 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ddmd.discovery.localproc import LocalProcess, java_name, read_cmdline, read_exe
-from ddmd.discovery.snapshots import FdIndex, SocketTable
+from ddmd.discovery.localproc import (
+    LocalProcess,
+    SocketTable,
+    java_name,
+    read_cmdline,
+    read_exe,
+)
+from ddmd.discovery.snapshots import FdIndex
 from ddmd.peers import PeerPolicy, Verdict, is_local_peer, user_name
 
 __all__ = ["Fresh", "Probed", "ScanLookups"]

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Collection
 from typing import Final
 
-from ddmd.discovery.localproc import IpAddress, parse_host, wildcard_serves
+from ddmd.discovery.localproc import IpAddress, choose_listeners, parse_host
 
 __all__ = ["listeners"]
 
@@ -53,21 +53,15 @@ def listeners(host: str, ports: Collection[int]) -> dict[int, int] | None:
     target = parse_host(host)
     if target is None:
         return None
-    wanted = set(ports)
-    exact: dict[int, int] = {}
-    wildcard: dict[int, int] = {}
     try:
         rows = _dump(socket.AF_INET) + _dump(socket.AF_INET6)
     except (OSError, ValueError, struct.error):
         return None
-    for address, port, uid, inode in rows:
-        if port not in wanted or inode == 0:
-            continue
-        if address == target:
-            exact.setdefault(port, uid)
-        elif wildcard_serves(address, target):
-            wildcard.setdefault(port, uid)
-    return {**wildcard, **exact}
+    return choose_listeners(
+        ((address, port, uid) for address, port, uid, inode in rows if inode != 0),
+        target,
+        set(ports),
+    )
 
 
 def _dump(family: int) -> list[tuple[IpAddress, int, int, int]]:

@@ -1,7 +1,8 @@
 """snapshots and lookups: one reading of /proc serves many of the scan's questions.
 
-`SocketTable` must answer exactly as `localproc`'s one-question functions do on the same tables
-(the golden rows of test_localproc and test_peer_owner); `FdIndex` must not believe a stale
+A whole reading of `SocketTable` must answer exactly as `localproc`'s one-question functions,
+which read only the rows of the port asked about (the golden rows of test_localproc and
+test_peer_owner); `FdIndex` must not believe a stale
 walk; `Fresh` must share readings without ever handing out one that began before the caller's
 connection existed. The last test scans many real listeners at once and counts the readings.
 """
@@ -18,10 +19,10 @@ import trio
 import trio.testing
 
 from ddmd.discovery import VmFound, localproc
-from ddmd.discovery.localproc import PeerOwner, SocketOwner
+from ddmd.discovery.localproc import PeerOwner, SocketOwner, SocketTable
 from ddmd.discovery.lookups import Fresh
 from ddmd.discovery.scan import PortScanner
-from ddmd.discovery.snapshots import FdIndex, SocketTable
+from ddmd.discovery.snapshots import FdIndex
 from ddmd.peers import PeerPolicy
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import PeerConnection, RawPeer, free_port_range, make_config
