@@ -219,6 +219,7 @@ def parse_config(
         relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
         max_per_vm=d.get(d.integer, "max_per_vm", minimum=1, maximum=64),
+        relay_threads=d.get(d.boolean, "relay_threads"),
     )
 
     c = sec["control"]

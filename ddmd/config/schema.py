@@ -111,6 +111,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
                 "max_per_vm": 4,
+                "relay_threads": True,
             }
         ),
         "control": MappingProxyType(
@@ -313,6 +314,7 @@ class DebuggerConfig:
     relay_chunk_bytes: int
     forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
+    relay_threads: bool = True  # relay a VM with debuggers in threads (drive/relaythreads.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,10 @@ from ddmd.drive.debugger import (
     send_relayed,
 )
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
+from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
-from ddmd.session.commands import Command, Log, SendToDebugger
+from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import (
     DebuggerBytes,
     DebuggerJoined,
@@ -40,9 +41,8 @@ from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import VmSession
 from ddmd.toolnames import peer_process
 
-__all__ = ["DEBUGGER_BUDGET", "RECEIVE_SIZE", "DebuggerSide"]
+__all__ = ["DEBUGGER_BUDGET", "DebuggerSide"]
 
-RECEIVE_SIZE = 65536
 #: How DDM clients that are not VMs (``ddmd.client``: ``ddmd sysmon``) name their "VM".
 CLIENT_IDENT = "ddmd.client "
 #: The name of a front forward's client that cannot be looked up (another user's, gone).
@@ -64,6 +64,7 @@ class DebuggerSide:
     _numbers: itertools.count[int]
     _timer_changed: trio.Event
     _dirty: list[Outbox]
+    _lane: ThreadLane
     _vm: Outbox | None
     _port_key: str | None
     _debugger_port: int | None
@@ -178,8 +179,15 @@ class DebuggerSide:
             deadline = trio.current_time() + self._config.timeouts.handshake
             session = self._session
             router = session.router
+            sock = socket_of(debugger.stream) if self._config.debugger.relay_threads else None
             try:
                 while not debugger.gone:
+                    if sock is not None and router.is_attached(debugger.number):
+                        # The relay lane's thread (threadlane.py), once the handshake is done.
+                        rest = self._debugger_read_rest
+                        if await self._lane.read_debugger(debugger, sock, rest):
+                            break
+                        continue
                     if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
                         data = await debugger.stream.receive_some(RECEIVE_SIZE)
                     else:  # the handshake has a deadline; an attached debugger may be idle
@@ -193,25 +201,41 @@ class DebuggerSide:
                             break
                     data = bytes(data)  # trio gives bytes: no copy
                     relayed = session.relay_debugger(debugger.number, data)
+                    queue = None
                     if relayed is not None:
                         vm = self._vm
                         if vm is None or not send_relayed(vm, relayed.data, self._dirty):
-                            self._act(relayed)
-                    else:
-                        self._feed(DebuggerBytes(debugger.number, data))
-                    if self._dirty and not self._write_now():
-                        debugger.writing = True
-                        try:
-                            await self._flush(reads=debugger.outbox)
-                        finally:
-                            debugger.writing = False
-                    elif relayed is not None:
-                        await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
-                    if debugger.end_reason is not None or not data:
+                            queue = relayed
+                    if await self._debugger_read_rest(debugger, data, relayed, queue):
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 reason = f"connection error: {exc}"
         self._leave(debugger, debugger.end_reason or reason)
+
+    async def _debugger_read_rest(
+        self,
+        debugger: DebuggerConnection,
+        data: bytes,
+        relayed: SendToVm | None,
+        queue: SendToVm | None,
+    ) -> bool:
+        """A debugger's read after the relay lane's try (also for the relay thread): the
+        general path, then the writes. True when its reader must stop."""
+        if debugger.gone:
+            return True
+        if queue is not None:
+            self._act(queue)
+        elif relayed is None:
+            self._feed(DebuggerBytes(debugger.number, data))
+        if self._dirty and not self._write_now():
+            debugger.writing = True
+            try:
+                await self._flush(reads=debugger.outbox)
+            finally:
+                debugger.writing = False
+        elif relayed is not None:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
+        return debugger.end_reason is not None or not data
 
     def _to_debugger(self, relayed: SendToDebugger) -> None:
         """The relay lane's reply, written at once when the debugger's outbox is idle."""

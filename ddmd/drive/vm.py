@@ -39,10 +39,11 @@ from ddmd.drive.debugger import (
     Outbox,
     OutboxBroken,
 )
-from ddmd.drive.debuggers import RECEIVE_SIZE, DebuggerSide
+from ddmd.drive.debuggers import DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
+from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
@@ -188,6 +189,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._timer_changed = trio.Event()
         self._sleeping_until = -math.inf
         self._dirty: list[Outbox] = []
+        self._lane = ThreadLane(self._session, self._debuggers, self._dirty, lambda: self._vm)
         self._port_key: str | None = None
         self._debugger_port: int | None = None
         self._packets_in = 0
@@ -220,10 +222,11 @@ class VmDriver(DebuggerSide, ProfilingDriver):
 
     def statistics(self) -> VmStatistics:
         r = self._session.router.statistics()
+        lane = self._lane.counts
         return VmStatistics(
-            self._packets_in,
+            self._packets_in + lane.packets_in,
             r.packets_to_vm,
-            self._bytes_in,
+            self._bytes_in + lane.bytes_in,
             r.bytes_to_vm,
             self._timeouts,
             r.outstanding,
@@ -314,7 +317,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                     reason = await self._connection(stream, leftover)
                     while self._reconnect:
                         self._reconnect = False
-                        reopened = await self._reopen(opener) if opener is not None else None
+                        reopened = await _reopen(opener, self._config.timeouts.reconnect, self._log)
                         if reopened is None:
                             reason = "reconnect failed"
                             self._close_session(reason)
@@ -331,20 +334,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                         waiter.error = VmGone(f"{self._vm_id} is gone")
                         waiter.event.set()
                 self._registry.remove(self._vm_id)
-
-    async def _reopen(self, opener: Opener) -> tuple[trio.abc.Stream, bytes] | None:
-        delay = 0.01
-        last_error = ""
-        with trio.move_on_after(self._config.timeouts.reconnect):
-            while True:
-                try:
-                    return await opener()
-                except Exception as exc:  # any failure to reopen: try again until the deadline
-                    last_error = str(exc) or type(exc).__name__
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        self._log.warning(Event.VM_RECONNECT_FAILED, error=last_error)
-        return None
 
     async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
         """One VM connection, from its first byte to its end (reopened after a debugger left:
@@ -382,7 +371,13 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             self._feed(VmClosed(reason))
 
     async def _read(self, stream: trio.abc.Stream) -> str:
+        sock = socket_of(stream) if self._config.debugger.relay_threads else None
         while True:
+            if sock is not None and self._debuggers:  # the relay lane's thread (threadlane.py)
+                ended = await self._lane.read_vm(sock, self._vm_read_rest)
+                if ended is not None:
+                    return ended
+                continue
             try:
                 data = await stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -395,19 +390,29 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             data = bytes(data)  # trio gives bytes: no copy
             relayed = self._session.relay_vm(data)
             if relayed is not None:
-                broken = None
                 self._to_debugger(relayed)
-            else:
-                broken = self._feed_vm(VmBytes(data))
-            if self._dirty and not self._write_now():
-                await self._flush(reads=self._vm)
-            elif relayed is not None:
-                await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
-            for capture in list(self._captures.values()):
-                if capture.queued > HIGH_WATER:
-                    await capture.wait_room()  # the disk is behind: let TCP slow the VM down
+            broken = await self._vm_read_rest(data, relayed, None)
             if broken is not None:
                 return broken
+
+    async def _vm_read_rest(
+        self, data: bytes, relayed: SendToDebugger | None, queue: SendToDebugger | None
+    ) -> str | None:
+        """A VM read after the relay lane's try: the general path, then the writes (also for
+        the relay thread); why the connection ends, or None."""
+        if not data:
+            return self._feed_vm(VmBytes(b"")) or "eof"
+        if queue is not None:
+            self._act(queue)
+        broken = None if relayed is not None else self._feed_vm(VmBytes(data))
+        if self._dirty and not self._write_now():
+            await self._flush(reads=self._vm)
+        elif relayed is not None:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
+        for capture in list(self._captures.values()):
+            if capture.queued > HIGH_WATER:
+                await capture.wait_room()  # the disk is behind: let TCP slow the VM down
+        return broken
 
     def _feed_vm(self, item: VmConnected | VmBytes) -> str | None:
         """Feed bytes from the VM; a broken packet header ends the connection (returns why)."""
@@ -581,6 +586,27 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 self._log.warning(Event.VM_SEND_FAILED)
             if self._conn_scope is not None:
                 self._conn_scope.cancel()
+
+
+async def _reopen(
+    opener: Opener | None, patience: float, vm_log: structlog.stdlib.BoundLogger
+) -> tuple[trio.abc.Stream, bytes] | None:
+    """A fresh connection to the VM, tried again (backing off) for ``patience`` seconds; None
+    without an opener."""
+    if opener is None:
+        return None
+    delay = 0.01
+    last_error = ""
+    with trio.move_on_after(patience):
+        while True:
+            try:
+                return await opener()
+            except Exception as exc:  # any failure to reopen: try again until the deadline
+                last_error = str(exc) or type(exc).__name__
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    vm_log.warning(Event.VM_RECONNECT_FAILED, error=last_error)
+    return None
 
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}

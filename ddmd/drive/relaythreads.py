@@ -1,0 +1,154 @@
+"""The relay lane in threads: while a VM has debuggers, its socket and theirs are read by
+threads that block in the kernel, not by trio tasks (docs/design.md, "The relay lane").
+
+Layer: trio and the standard library; no protocol decisions.
+
+Why: a packet relayed by a trio task costs a loop turn (epoll, a task switch, a coroutine step)
+on each pass: about 30 us here, where a thread blocked in ``poll`` and ``read`` costs about 10 us.
+ddmlib relays with a thread per socket; to be within reach of it on the adb path, so does ddmd.
+
+How the threads and trio share a VM's state: one lock per trio run, `step_lock`. Trio's thread
+holds it for every task step (an instrument takes it before a step and gives it back after), and
+a relay thread holds it while it hands bytes to the session and writes the fast lane's packet
+(non-blocking writes only: microseconds). So the session and the outboxes are only ever touched
+by one thread at a time, at the same points as before: between trio's steps. Anything that is not
+the fast lane's common case (a slow-lane packet, a write the socket did not take whole) is handed
+to trio with ``trio.from_thread.run`` while the thread waits, so packets keep their order and
+trio's rules (cancel scopes, flushes, logging) apply as they did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+
+__all__ = ["ThreadReader", "run_in_thread", "step_lock"]
+
+T = TypeVar("T")
+
+#: How long a relay thread's poll may sleep before it looks at its wake flag again (ms): the wake
+#: pipe ends a wait at once; this only bounds a wake-up that was somehow lost.
+POLL_MS = 1000
+
+
+class _StepLock(trio.abc.Instrument):
+    """Holds the run's lock for every task step."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.lock.acquire()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.lock.release()
+
+
+_LOCK: trio.lowlevel.RunVar[threading.Lock] = trio.lowlevel.RunVar("ddmd_step_lock")
+_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("ddmd_relay_limiter")
+
+
+def step_lock() -> threading.Lock:
+    """The lock trio's thread holds while a task runs; made (and the instrument installed) at
+    the first call of a run, from a task."""
+    try:
+        return _LOCK.get()
+    except LookupError:
+        pass
+    lock = threading.Lock()
+    _LOCK.set(lock)
+    trio.lowlevel.add_instrument(_StepLock(lock))
+    # Installed in the middle of this task's step: trio calls after_task_step at its end, which
+    # releases the lock, so this step takes it now, as before_task_step would have.
+    lock.acquire()
+    return lock
+
+
+def _limiter() -> trio.CapacityLimiter:
+    """Relay threads do not count against trio's default limiter (40 threads), which short
+    jobs (file writes, /proc readings) share; one is running per socket with a debugger."""
+    try:
+        return _LIMITER.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(1 << 20)
+        _LIMITER.set(limiter)
+        return limiter
+
+
+class ThreadReader:
+    """Reads one trio socket from a thread. `wake` (from any thread) ends a wait at once."""
+
+    def __init__(self, sock: trio.socket.SocketType) -> None:
+        self._sock = sock
+        self._woken = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll = select.poll()
+        self._poll.register(self._wake_r, select.POLLIN)
+        fd = sock.fileno()
+        if fd >= 0:
+            self._poll.register(fd, select.POLLIN)
+        self._closed = False
+
+    @property
+    def woken(self) -> bool:
+        return self._woken
+
+    def wake(self) -> None:
+        if self._woken or self._closed:
+            return
+        self._woken = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def read(self, size: int) -> bytes | None:
+        """Block until the socket has bytes: them (b"" at its end), or None once woken. Raises
+        OSError when the socket fails or was closed. The descriptor is asked for at each read: a
+        closed socket says -1, and a number kept from before could be another socket's by now."""
+        while not self._woken:
+            fd = self._sock.fileno()
+            if fd < 0:
+                raise OSError(errno.EBADF, "the socket is closed")
+            try:
+                return os.read(fd, size)
+            except BlockingIOError:
+                pass
+            self._poll.poll(POLL_MS)
+        return None
+
+
+async def run_in_thread(reader: ThreadReader, body: Callable[[], T]) -> T:
+    """Run ``body`` (which reads with ``reader``) in a relay thread and return what it returns.
+    The calling task stays the thread's host: ``trio.from_thread.run`` in ``body`` runs in it,
+    under its cancel scopes. When the task is cancelled the reader is woken, ``body`` returns
+    at its next read, and the cancellation goes on from here."""
+
+    async def wake_when_cancelled() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            reader.wake()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wake_when_cancelled)
+            try:
+                return await trio.to_thread.run_sync(
+                    body, thread_name="ddmd relay", limiter=_limiter()
+                )
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        reader.close()
