@@ -118,6 +118,10 @@ class ThreadReader:
         OSError when the socket fails or was closed. The descriptor is asked for at each read: a
         closed socket says -1, and a number kept from before could be another socket's by now."""
         while not self._woken:
+            # Wait first: a relay reads right after passing a packet on, when the answer is
+            # not there yet; a read first would fail most times (a system call for nothing).
+            if not self._poll.poll(POLL_MS) or self._woken:
+                continue
             fd = self._sock.fileno()
             if fd < 0:
                 raise OSError(errno.EBADF, "the socket is closed")
@@ -125,7 +129,6 @@ class ThreadReader:
                 return os.read(fd, size)
             except BlockingIOError:
                 pass
-            self._poll.poll(POLL_MS)
         return None
 
 

@@ -48,12 +48,17 @@ def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
 
 @dataclass(slots=True)
 class LaneCounts:
-    """Reads the threads relayed whole, and reads they handed to trio."""
+    """Reads of a VM's sockets: those the threads relayed whole, those they handed to trio."""
 
     relayed: int = 0
     handed: int = 0
-    packets_in: int = 0  # reads of the VM's socket
+    packets_in: int = 0  # reads of the VM's socket (by a thread or by trio)
     bytes_in: int = 0
+
+    def statistics(self) -> dict[str, int]:
+        """For ``bridge_statistics``: reads the threads passed on whole, and those they handed
+        to the event loop."""
+        return {"thread_relayed": self.relayed, "thread_handed": self.handed}
 
 
 class ThreadLane:

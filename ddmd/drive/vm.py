@@ -192,8 +192,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._lane = ThreadLane(self._session, self._debuggers, self._dirty, lambda: self._vm)
         self._port_key: str | None = None
         self._debugger_port: int | None = None
-        self._packets_in = 0
-        self._bytes_in = 0
         self._timeouts = 0
         self._slow_debuggers = 0
         bind_vm_identity(vm_id, *_identity(self._session))
@@ -224,9 +222,9 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         r = self._session.router.statistics()
         lane = self._lane.counts
         return VmStatistics(
-            self._packets_in + lane.packets_in,
+            lane.packets_in,
             r.packets_to_vm,
-            self._bytes_in + lane.bytes_in,
+            lane.bytes_in,
             r.bytes_to_vm,
             self._timeouts,
             r.outstanding,
@@ -241,6 +239,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             "bytes_to_debugger": r.bytes_to_debuggers,
             "reconnects": self._session.reconnects,
             "slow_debuggers": self._slow_debuggers,
+            **self._lane.counts.statistics(),
         }
 
     # ------------------------------------------------------------------ VmHandle, calls
@@ -385,8 +384,8 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             if not data:
                 # The decoder tells a clean end from one in the middle of a packet.
                 return self._feed_vm(VmBytes(b"")) or "eof"
-            self._packets_in += 1
-            self._bytes_in += len(data)
+            self._lane.counts.packets_in += 1
+            self._lane.counts.bytes_in += len(data)
             data = bytes(data)  # trio gives bytes: no copy
             relayed = self._session.relay_vm(data)
             if relayed is not None:

@@ -1,0 +1,217 @@
+"""The relay threads' parts (``ddmd.drive.relaythreads``): the step lock shared with trio, the
+reader a thread blocks in, and how a thread's host task ends it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import trio
+
+from ddmd.drive.debugger import DebuggerConnection, Outbox
+from ddmd.drive.relaythreads import ThreadReader, run_in_thread, step_lock
+from ddmd.drive.threadlane import ThreadLane
+from ddmd.session.commands import SendToVm
+
+CAP = 10
+
+
+async def test_the_step_lock_is_held_for_every_task_step_and_free_while_trio_waits() -> None:
+    with trio.fail_after(CAP):
+        lock = step_lock()  # installed in the middle of this step: held at once
+        assert lock.locked()
+        assert step_lock() is lock  # one per run
+        await trio.lowlevel.checkpoint()
+        assert lock.locked()  # the next step took it again: the instrument is still there
+        seen: list[bool] = []
+
+        def take() -> None:  # a thread gets it while trio waits for the thread
+            with lock:
+                seen.append(True)
+
+        await trio.to_thread.run_sync(take)
+        assert seen == [True]
+        assert lock.locked()
+
+
+async def test_a_thread_holding_the_lock_holds_trio_off_until_it_lets_go() -> None:
+    with trio.fail_after(CAP):
+        lock = step_lock()
+        order: list[str] = []
+        inside = threading.Event()
+
+        def hold() -> None:
+            with lock:
+                inside.set()
+                time.sleep(0.1)  # trio has every chance to run a step now, and must not
+                order.append("thread done")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, hold)
+            await trio.to_thread.run_sync(inside.wait, CAP)
+            order.append("trio step")  # this step began after the thread let go
+        assert order == ["thread done", "trio step"]
+
+
+def socket_pair() -> tuple[trio.socket.SocketType, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    return trio.socket.from_stdlib_socket(ours), theirs
+
+
+async def test_the_reader_returns_bytes_then_the_end_of_the_stream() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        reader = ThreadReader(sock)
+        try:
+            peer.sendall(b"hello")
+            assert await trio.to_thread.run_sync(reader.read, 100) == b"hello"
+            peer.close()
+            assert await trio.to_thread.run_sync(reader.read, 100) == b""
+        finally:
+            reader.close()
+            sock.close()
+
+
+async def test_a_reader_blocked_in_the_kernel_is_woken_at_once() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        reader = ThreadReader(sock)
+        got: list[bytes | None] = []
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def read() -> None:
+                    got.append(await trio.to_thread.run_sync(reader.read, 100))
+
+                nursery.start_soon(read)
+                await trio.sleep(0.05)  # let it block
+                reader.wake()
+            assert got == [None]
+            assert reader.woken
+            peer.sendall(b"later")
+            assert reader.read(100) is None  # woken for good: reads nothing more
+        finally:
+            reader.close()
+            sock.close()
+            peer.close()
+
+
+async def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        reader = ThreadReader(sock)
+        number = sock.fileno()
+        sock.close()
+        peer.close()
+        # A new socket now likely has the closed one's number, with bytes waiting.
+        other, other_peer = socket.socketpair()
+        try:
+            other_peer.sendall(b"not yours")
+            with pytest.raises(OSError):
+                await trio.to_thread.run_sync(reader.read, 100)
+            assert other.fileno() != number or other.recv(100) == b"not yours"
+        finally:
+            reader.close()
+            other.close()
+            other_peer.close()
+
+
+async def test_cancelling_the_host_task_wakes_the_thread_and_ends_it() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        reader = ThreadReader(sock)
+        ended = threading.Event()
+
+        def body() -> str:
+            try:
+                while (data := reader.read(100)) is not None:
+                    assert data
+                return "woken"
+            finally:
+                ended.set()
+
+        try:
+            with trio.move_on_after(0.1) as scope:
+                await run_in_thread(reader, body)
+            assert scope.cancelled_caught
+            assert ended.is_set()  # the thread was done before the call gave up
+        finally:
+            sock.close()
+            peer.close()
+
+
+async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        reader = ThreadReader(sock)
+        host = trio.lowlevel.current_task()
+        ran_in: list[object] = []
+
+        async def in_trio(data: bytes) -> bytes:
+            ran_in.append(trio.lowlevel.current_task())
+            return data.upper()
+
+        def body() -> bytes:
+            data = reader.read(100)
+            assert data is not None
+            return trio.from_thread.run(in_trio, data)
+
+        try:
+            peer.sendall(b"abc")
+            assert await run_in_thread(reader, body) == b"ABC"
+            assert ran_in == [host]
+        finally:
+            sock.close()
+            peer.close()
+
+
+class _Session:
+    """A session whose relay lane takes commands that start with b"F" (fast) only."""
+
+    def relay_debugger(self, number: int, data: bytes) -> SendToVm | None:
+        return SendToVm(data) if data.startswith(b"F") else None
+
+
+class _VmOutbox:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def send_now(self, data: bytes) -> bool:
+        self.log.append(f"wrote {data.decode()}")
+        return True
+
+
+async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> None:
+    """The order of a debugger's packets: a slow-lane packet the thread hands to the event
+    loop is done (however long that takes) before a fast one read after it is written."""
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        log: list[str] = []
+        vm = _VmOutbox(log)
+        stream = trio.SocketStream(sock)
+        debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
+        lane = ThreadLane(_Session(), {}, [], lambda: vm)  # type: ignore[arg-type,return-value]
+
+        async def rest(d: DebuggerConnection, data: bytes, relayed: object, queue: object) -> bool:
+            if not data:
+                return True
+            await trio.sleep(0.05)  # the event loop's general path takes its time
+            log.append(f"handled {data.decode()}")
+            return False
+
+        async def feed() -> None:
+            peer.sendall(b"S1")
+            await trio.sleep(0.01)  # the thread has read S1 by now: F2 is another read
+            peer.sendall(b"F2")
+            await trio.sleep(0.01)
+            peer.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            assert await lane.read_debugger(debugger, sock, rest) is True
+        assert log == ["handled S1", "wrote F2"]
+        assert (lane.counts.relayed, lane.counts.handed) == (1, 2)  # F2; S1 and the end
+        sock.close()
