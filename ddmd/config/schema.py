@@ -24,6 +24,7 @@ __all__ = [
     "FRONT_ON_KILL",
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "RELAY_THREADS",
     "AdbConfig",
     "AdbMode",
     "Config",
@@ -39,6 +40,7 @@ __all__ = [
     "LogcatConfig",
     "MonitorConfig",
     "PortRange",
+    "RelayThreads",
     "ScanConfig",
     "SecurityConfig",
     "TimeoutsConfig",
@@ -55,6 +57,8 @@ UnknownPeer = Literal["allow", "refuse"]
 FrontOnKill = Literal["refuse", "relay"]
 
 ADB_MODES: Final = ("auto", "on", "off")
+RelayThreads = Literal["local", "all", "off"]
+RELAY_THREADS: Final = ("local", "all", "off")
 LOG_FORMATS: Final = ("auto", "json", "console")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 UNKNOWN_PEER_MODES: Final = ("allow", "refuse")
@@ -111,7 +115,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
                 "max_per_vm": 4,
-                "relay_threads": True,
+                "relay_threads": "local",
             }
         ),
         "control": MappingProxyType(
@@ -314,7 +318,9 @@ class DebuggerConfig:
     relay_chunk_bytes: int
     forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
-    relay_threads: bool = True  # relay a VM with debuggers in threads (drive/relaythreads.py)
+    # Which VMs with debuggers are relayed by threads (drive/relaythreads.py): "local" (found by
+    # the port scan), "all", or "off" (the event loop relays everything).
+    relay_threads: RelayThreads = "local"
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,7 +179,7 @@ class DebuggerSide:
             deadline = trio.current_time() + self._config.timeouts.handshake
             session = self._session
             router = session.router
-            sock = socket_of(debugger.stream) if self._config.debugger.relay_threads else None
+            sock = socket_of(debugger.stream) if self._lane.applies else None
             try:
                 while not debugger.gone:
                     if sock is not None and router.is_attached(debugger.number):

@@ -26,7 +26,7 @@ from ddmd.session.commands import SendToDebugger, SendToVm
 if TYPE_CHECKING:
     from ddmd.session.vm import VmSession
 
-__all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of"]
+__all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of", "uses_threads"]
 
 RECEIVE_SIZE = 65536
 
@@ -39,6 +39,14 @@ VmRest = Callable[[bytes, SendToDebugger | None, SendToDebugger | None], Awaitab
 DebuggerRest = Callable[
     [DebuggerConnection, bytes, SendToVm | None, SendToVm | None], Awaitable[bool]
 ]
+
+
+def uses_threads(setting: str, source: str) -> bool:
+    """Whether a VM's debugger traffic takes the relay threads: ``[debugger] relay_threads`` is
+    "all", or "local" and the VM was found by the port scan (source "tcp"). Behind an adb
+    server the event loop relays: there, on a 2-core machine, two threads per VM added more
+    latency than they saved (docs/design.md, "The relay lane")."""
+    return setting == "all" or (setting == "local" and source == "tcp")
 
 
 def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
@@ -76,6 +84,7 @@ class ThreadLane:
         self._dirty = dirty
         self._vm_outbox = vm_outbox
         self.counts = LaneCounts()
+        self.applies = True  # the VM's debugger traffic takes the threads (`uses_threads`)
 
     # ------------------------------------------------------------------ the VM's socket
 

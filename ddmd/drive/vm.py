@@ -43,7 +43,7 @@ from ddmd.drive.debuggers import DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
-from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
+from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of, uses_threads
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
@@ -190,6 +190,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._sleeping_until = -math.inf
         self._dirty: list[Outbox] = []
         self._lane = ThreadLane(self._session, self._debuggers, self._dirty, lambda: self._vm)
+        self._lane.applies = uses_threads(config.debugger.relay_threads, source)
         self._port_key: str | None = None
         self._debugger_port: int | None = None
         self._timeouts = 0
@@ -370,7 +371,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             self._feed(VmClosed(reason))
 
     async def _read(self, stream: trio.abc.Stream) -> str:
-        sock = socket_of(stream) if self._config.debugger.relay_threads else None
+        sock = socket_of(stream) if self._lane.applies else None
         while True:
             if sock is not None and self._debuggers:  # the relay lane's thread (threadlane.py)
                 ended = await self._lane.read_vm(sock, self._vm_read_rest)
