@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -29,7 +30,7 @@ from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
 from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
-from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
+from ddmd.session.commands import Command, Log, SendToDebugger
 from ddmd.session.inputs import (
     DebuggerBytes,
     DebuggerJoined,
@@ -65,6 +66,7 @@ class DebuggerSide:
     _timer_changed: trio.Event
     _dirty: list[Outbox]
     _lane: ThreadLane
+    _write_now: Callable[[], bool]
     _vm: Outbox | None
     _port_key: str | None
     _debugger_port: int | None
@@ -77,8 +79,6 @@ class DebuggerSide:
         def _feed(self, item: Input) -> None: ...
 
         def _act(self, command: Command) -> None: ...
-
-        def _write_now(self) -> bool: ...
 
         async def _flush(self, *, reads: Outbox | None = None) -> None: ...
 
@@ -201,31 +201,30 @@ class DebuggerSide:
                             break
                     data = bytes(data)  # trio gives bytes: no copy
                     relayed = session.relay_debugger(debugger.number, data)
-                    queue = None
+                    later: list[Command] = []
                     if relayed is not None:
                         vm = self._vm
                         if vm is None or not send_relayed(vm, relayed.data, self._dirty):
-                            queue = relayed
-                    if await self._debugger_read_rest(debugger, data, relayed, queue):
+                            later.append(relayed)
+                    if await self._debugger_read_rest(
+                        debugger, data if relayed is None else None, later
+                    ):
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 reason = f"connection error: {exc}"
         self._leave(debugger, debugger.end_reason or reason)
 
     async def _debugger_read_rest(
-        self,
-        debugger: DebuggerConnection,
-        data: bytes,
-        relayed: SendToVm | None,
-        queue: SendToVm | None,
+        self, debugger: DebuggerConnection, data: bytes | None, later: Sequence[Command]
     ) -> bool:
-        """A debugger's read after the relay lane's try (also for the relay thread): the
-        general path, then the writes. True when its reader must stop."""
+        """A debugger's read after the relay lane's try, in the event loop (also for the relay
+        thread): ``data`` the session has not seen yet (b"": the end), ``later`` commands a
+        relay thread left; then the writes. True when its reader must stop."""
         if debugger.gone:
             return True
-        if queue is not None:
-            self._act(queue)
-        elif relayed is None:
+        for command in later:
+            self._act(command)
+        if data is not None:
             self._feed(DebuggerBytes(debugger.number, data))
         if self._dirty and not self._write_now():
             debugger.writing = True
@@ -233,9 +232,9 @@ class DebuggerSide:
                 await self._flush(reads=debugger.outbox)
             finally:
                 debugger.writing = False
-        elif relayed is not None:
+        elif data is None and not later:
             await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
-        return debugger.end_reason is not None or not data
+        return debugger.end_reason is not None or data == b""
 
     def _to_debugger(self, relayed: SendToDebugger) -> None:
         """The relay lane's reply, written at once when the debugger's outbox is idle."""

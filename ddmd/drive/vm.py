@@ -44,6 +44,7 @@ from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
 from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of, uses_threads
+from ddmd.drive.writes import PendingWrites
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
@@ -188,8 +189,10 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._wake_at = math.inf
         self._timer_changed = trio.Event()
         self._sleeping_until = -math.inf
-        self._dirty: list[Outbox] = []
-        self._lane = ThreadLane(self._session, self._debuggers, self._dirty, lambda: self._vm)
+        self._writes = PendingWrites(self._debuggers, lambda: self._vm)
+        self._dirty = self._writes.dirty
+        self._write_now = self._writes.write_now
+        self._lane = ThreadLane(self._session, self._writes, log=self._act)
         self._lane.applies = uses_threads(config.debugger.relay_threads, source)
         self._port_key: str | None = None
         self._debugger_port: int | None = None
@@ -391,23 +394,22 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             relayed = self._session.relay_vm(data)
             if relayed is not None:
                 self._to_debugger(relayed)
-            broken = await self._vm_read_rest(data, relayed, None)
+            broken = await self._vm_read_rest(data if relayed is None else None)
             if broken is not None:
                 return broken
 
-    async def _vm_read_rest(
-        self, data: bytes, relayed: SendToDebugger | None, queue: SendToDebugger | None
-    ) -> str | None:
-        """A VM read after the relay lane's try: the general path, then the writes (also for
-        the relay thread); why the connection ends, or None."""
-        if not data:
+    async def _vm_read_rest(self, data: bytes | None, later: Sequence[Command] = ()) -> str | None:
+        """A VM read after the relay lane's try, in the event loop (also for the relay thread):
+        ``data`` the session has not seen yet (b"": the end), ``later`` commands a relay thread
+        left; then the writes. Why the connection ends, or None."""
+        if data == b"":
             return self._feed_vm(VmBytes(b"")) or "eof"
-        if queue is not None:
-            self._act(queue)
-        broken = None if relayed is not None else self._feed_vm(VmBytes(data))
+        for command in later:
+            self._act(command)
+        broken = None if data is None else self._feed_vm(VmBytes(data))
         if self._dirty and not self._write_now():
             await self._flush(reads=self._vm)
-        elif relayed is not None:
+        elif data is None and not later:
             await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
         for capture in list(self._captures.values()):
             if capture.queued > HIGH_WATER:
@@ -474,24 +476,17 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             self._act(command)
 
     def _act(self, command: Command) -> None:
-        if isinstance(command, SendToDebugger):
-            debugger = self._debuggers.get(command.debugger)
-            if debugger is None or debugger.gone:
+        if isinstance(command, SendToDebugger | SendToVm):
+            if self._writes.queue(command):
                 return
-            if not debugger.outbox.put(command.data):
-                self._drop_slow(debugger)
-                return
-            self._dirty.append(debugger.outbox)
-        elif isinstance(command, SendToVm):
-            vm = self._vm
-            if vm is not None:
-                if not vm.put(command.data) and vm.broken is None:
-                    # The VM has stopped reading: more waits for it than it could ever need.
-                    vm.broken = "the VM stopped reading"
-                    self._log.warning(Event.VM_SEND_FAILED, queued_bytes=vm.queued)
-                    if self._conn_scope is not None:
-                        self._conn_scope.cancel()
-                self._dirty.append(vm)
+            if isinstance(command, SendToDebugger):
+                self._drop_slow(self._debuggers[command.debugger])
+            elif (vm := self._vm) is not None and vm.broken is None:
+                # The VM has stopped reading: more waits for it than it could ever need.
+                vm.broken = "the VM stopped reading"
+                self._log.warning(Event.VM_SEND_FAILED, queued_bytes=vm.queued)
+                if self._conn_scope is not None:
+                    self._conn_scope.cancel()
         elif isinstance(command, Log):
             if command.event == Event.DDM_REQUEST_TIMED_OUT:
                 self._timeouts += 1
@@ -538,17 +533,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                 self._conn_scope.cancel()
         else:
             raise RuntimeError(f"the VM driver cannot carry out {command!r}")
-
-    def _write_now(self) -> bool:
-        """Write the outboxes that got bytes, in order, as far as their sockets take them at
-        once; True when all are written (the relay's common case: no coroutine, no clock).
-        Otherwise the rest stay in order for ``_flush``."""
-        dirty = self._dirty
-        while dirty:
-            if not dirty[0].write_now():
-                return False
-            dirty.pop(0)
-        return True
 
     async def _flush(self, *, reads: Outbox | None = None) -> None:
         """Write every outbox that got bytes, in the order they got them. ``reads``: the

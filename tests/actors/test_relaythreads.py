@@ -13,7 +13,9 @@ import trio
 from ddmd.drive.debugger import DebuggerConnection, Outbox
 from ddmd.drive.relaythreads import ThreadReader, run_in_thread, step_lock
 from ddmd.drive.threadlane import ThreadLane
-from ddmd.session.commands import SendToVm
+from ddmd.drive.writes import PendingWrites
+from ddmd.session.commands import Changed, Command, SendToVm
+from ddmd.session.inputs import DebuggerBytes
 
 CAP = 10
 
@@ -169,10 +171,14 @@ async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
 
 
 class _Session:
-    """A session whose relay lane takes commands that start with b"F" (fast) only."""
+    """A session whose relay lane takes the commands that start with b"F" (fast); the others
+    make it ask for something only the event loop does (``Changed``)."""
 
     def relay_debugger(self, number: int, data: bytes) -> SendToVm | None:
         return SendToVm(data) if data.startswith(b"F") else None
+
+    def handle(self, item: DebuggerBytes, now: float) -> list[Command]:
+        return [Changed(renamed=item.data == b"S1")]
 
 
 class _VmOutbox:
@@ -185,21 +191,22 @@ class _VmOutbox:
 
 
 async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> None:
-    """The order of a debugger's packets: a slow-lane packet the thread hands to the event
-    loop is done (however long that takes) before a fast one read after it is written."""
+    """The order of a debugger's packets: a read whose commands need the event loop is done
+    there (however long that takes) before a fast one read after it is written."""
     with trio.fail_after(CAP):
         sock, peer = socket_pair()
         log: list[str] = []
         vm = _VmOutbox(log)
         stream = trio.SocketStream(sock)
         debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
-        lane = ThreadLane(_Session(), {}, [], lambda: vm)  # type: ignore[arg-type,return-value]
+        writes = PendingWrites({}, lambda: vm)  # type: ignore[arg-type,return-value]
+        lane = ThreadLane(_Session(), writes, log=lambda _: None)  # type: ignore[arg-type]
 
-        async def rest(d: DebuggerConnection, data: bytes, relayed: object, queue: object) -> bool:
-            if not data:
+        async def rest(d: DebuggerConnection, data: bytes | None, later: list[Command]) -> bool:
+            if data == b"":
                 return True
-            await trio.sleep(0.05)  # the event loop's general path takes its time
-            log.append(f"handled {data.decode()}")
+            await trio.sleep(0.05)  # the event loop's part takes its time
+            log.append(f"handled {later}")
             return False
 
         async def feed() -> None:
@@ -212,6 +219,6 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
         async with trio.open_nursery() as nursery:
             nursery.start_soon(feed)
             assert await lane.read_debugger(debugger, sock, rest) is True
-        assert log == ["handled S1", "wrote F2"]
-        assert (lane.counts.relayed, lane.counts.handed) == (1, 2)  # F2; S1 and the end
+        assert log == ["handled [Changed(renamed=True)]", "wrote F2"]
+        assert (lane.counts.relayed, lane.counts.handed) == (1, 1)  # F2; S1
         sock.close()
