@@ -1,7 +1,8 @@
 """JDWP bridge benchmark: latency and CPU per operation of three workloads, jdb attach, 1 GiB.
 
 Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 1]
-[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--profile]``
+[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--relay-threads local|all|off]
+[--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
 with ``javac -g`` into a temp dir at start. ``--quick`` is a smoke run (one phase of three rounds,
@@ -28,6 +29,9 @@ Paths, all measured in every round, the order rotating from round to round:
 - trio relay via adb: the trio relay opening ``jdwp:PID`` through the stand-in server;
 - ddmd via adb:       ddmd's per-VM debugger port -> ddmd's ``jdwp:PID`` stream through the
   stand-in server (``[adb] enabled = "on"``, found by ``track-jdwp``);
+- epoll relay via adb, java relay via adb: the floors, for reference: a bare one-thread relay
+  (``bare_relay.py``: Python, plain epoll, no logic; ``java/BareRelay.java``: a java.nio
+  Selector, as ddmlib relays) in front of the adb forward's port;
 - ddmlib via adb:     the reference: Debian's ddmlib 25.x (``java/DdmlibDriver.java``) per-VM
   debugger port -> its ``jdwp:PID`` stream through its own stand-in server. Skipped, with a note,
   when its jars are missing. Sessions retry their connect while ddmlib reopens its VM.
@@ -379,6 +383,20 @@ def start_relay(children: Children, listen_port: int, target_port: int) -> Child
     return child
 
 
+def start_bare_relay(
+    children: Children, kind: str, classes: Path, listen_port: int, target_port: int
+) -> Child:
+    """A bare one-thread relay (``bare_relay.py``, or ``java/BareRelay.java``): the floor of
+    what a relay in that language costs, with no logic at all."""
+    if kind == "java":
+        argv = ["java", "-cp", str(classes), "BareRelay"]
+    else:
+        argv = [sys.executable, str(Path(__file__).resolve().parent / "bare_relay.py")]
+    child = children.start(f"{kind} relay", [*argv, str(listen_port), str(target_port)])
+    child.wait_match(r"^ready$", 20)
+    return child
+
+
 def start_relay_adb(
     children: Children, listen_port: int, adb_port: int, serial: str, pid: int
 ) -> Child:
@@ -466,13 +484,21 @@ class Ddmd:
 
 
 def write_config(
-    path: Path, *, scan: int, ports: Ports, queue_packets: int | None, adb: int | None = None
+    path: Path,
+    *,
+    scan: int,
+    ports: Ports,
+    queue_packets: int | None,
+    adb: int | None = None,
+    relay_threads: str | None = None,
 ) -> tuple[int, int]:
     """ddmd's config: scan only port ``scan``; with ``adb``, use the adb server on that port
     (and never start one: the adb program configured does not exist)."""
     control_port, current_port = ports.take(), ports.take()
     first, last = ports.take_range(2)  # a per-VM port for the scanned VM and the adb one
     queue = "" if queue_packets is None else f"queue_packets = {queue_packets}\n"
+    if relay_threads is not None:
+        queue += f'relay_threads = "{relay_threads}"\n'
     if adb is None:
         adb_section = 'enabled = "off"'
     else:
@@ -515,6 +541,7 @@ def start_ddmd(
     *,
     queue_packets: int | None = None,
     adb: tuple[FakeAdb, Jvm] | None = None,
+    relay_threads: str | None = None,
 ) -> Ddmd:
     """``ddmd run`` scanning only ``scan_port``; returns once that VM is identified and selected.
     With ``adb`` (server, JVM behind it), also once the JVM is ready through adb."""
@@ -525,6 +552,7 @@ def start_ddmd(
         ports=ports,
         queue_packets=queue_packets,
         adb=None if adb is None else adb[0].port,
+        relay_threads=relay_threads,
     )
     log_path = work / f"{name}.log"
     log_file = log_path.open("w", encoding="utf-8")
@@ -1089,7 +1117,13 @@ def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
         fake_ddmd = start_fake_adb(children, "bench-ddmd", adb_jvm)
         stack.callback(children.stop, fake_ddmd.child)
         ddmd = start_ddmd(
-            children, bench.work, f"ddmd-phase{phase}", scan.port, ports, adb=(fake_ddmd, adb_jvm)
+            children,
+            bench.work,
+            f"ddmd-phase{phase}",
+            scan.port,
+            ports,
+            adb=(fake_ddmd, adb_jvm),
+            relay_threads=args.relay_threads,
         )
         stack.callback(stop_ddmd, children, ddmd)
         assert ddmd.adb_port is not None
@@ -1111,6 +1145,12 @@ def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
             stack.callback(children.stop, socat)
             routes.append(Route("socat", socat_port, free, [("socat", socat)]))
         adb_middle = [("fake adb", fake_free.child)]
+        for kind in ("epoll", "java"):  # the floors: bare relays in front of adb forward
+            bare_port = ports.take()
+            bare = start_bare_relay(children, kind, bench.classes, bare_port, forward_port)
+            stack.callback(children.stop, bare)
+            middle = [(f"{kind} relay", bare), *adb_middle]
+            routes.append(Route(f"{kind} relay via adb", bare_port, free, middle))
         routes += [
             Route("ddmd", ddmd.current_port, scan, [("ddmd", ddmd.child)]),
             Route("adb forward", forward_port, free, adb_middle),
@@ -1310,6 +1350,28 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
                 f"  adb, {LABELS[w]}: added latency ddmd via adb / trio relay via adb"
                 f" {span(at_floor, '.2f')}x"
             )
+        for kind in ("epoll", "java"):
+            bare = per_round(lambda r, w=w, k=kind: hop(r, f"{k} relay via adb", w))
+            if bare:
+                info.append(
+                    f"  adb, {LABELS[w]}: a bare {kind} relay's hop (one thread, no logic)"
+                    f" {span(bare)} us"
+                )
+        bare_floor = per_round(
+            lambda r, w=w: paired(hop(r, "epoll relay via adb", w), hop(r, "ddmlib via adb", w))
+        )
+        if bare_floor:
+            info.append(
+                f"  adb, {LABELS[w]}: hop bare epoll relay / ddmlib {span(bare_floor, '.2f')}x"
+            )
+        java_floor = per_round(
+            lambda r, w=w: paired(hop(r, "epoll relay via adb", w), hop(r, "java relay via adb", w))
+        )
+        if java_floor:
+            info.append(
+                f"  adb, {LABELS[w]}: hop bare epoll relay / bare java relay"
+                f" {span(java_floor, '.2f')}x"
+            )
         socat = per_round(lambda r, w=w: paired(added(r, "socat", w), added(r, "trio relay", w)))
         if socat:
             info.append(
@@ -1391,6 +1453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ddmlib-classpath",
         default=os.pathsep.join(DDMLIB_JARS),
         help="ddmlib and the jars it needs (default: Debian's libandroid-ddms-java)",
+    )
+    parser.add_argument(
+        "--relay-threads",
+        choices=("local", "all", "off"),
+        help="ddmd's [debugger] relay_threads (default: ddmd's default, local)",
     )
     parser.add_argument("--profile", action="store_true", help="profile ddmd afterwards")
     parser.add_argument("--profile-count", type=int, help=argparse.SUPPRESS)
