@@ -182,10 +182,13 @@ class DebuggerSide:
             sock = socket_of(debugger.stream) if self._lane.applies else None
             try:
                 while not debugger.gone:
-                    if sock is not None and router.is_attached(debugger.number):
-                        # The relay lane's thread (threadlane.py), once the handshake is done.
-                        rest = self._debugger_read_rest
-                        if await self._lane.read_debugger(debugger, sock, rest):
+                    if (
+                        sock is not None
+                        and self._lane.running
+                        and router.is_attached(debugger.number)
+                    ):
+                        # The relay lane's thread reads it (threadlane.py) while it runs.
+                        if await self._lane.serve_debugger(debugger, sock):
                             break
                         continue
                     if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
@@ -271,6 +274,8 @@ class DebuggerSide:
         """Write what is queued for it (a Dispose reply), briefly, then close it."""
         if self._debuggers.pop(debugger.number, None) is None:
             return
+        if not self._debuggers:
+            self._lane.stop()  # the VM's socket goes back to the event loop at once
         outbox = debugger.outbox
         with trio.move_on_after(DIRECT_SEND_LIMIT):
             await outbox.wait_idle()  # another task may be writing to it: let it finish

@@ -29,13 +29,13 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["ThreadReader", "run_in_thread", "step_lock"]
+__all__ = ["Poller", "read_socket", "run_in_thread", "step_lock"]
 
 T = TypeVar("T")
 
-#: How long a relay thread's poll may sleep before it looks at its wake flag again (ms): the wake
-#: pipe ends a wait at once; this only bounds a wake-up that was somehow lost.
-POLL_MS = 1000
+#: How long a relay thread's wait may last before it looks at its wake flag again (seconds): the
+#: wake pipe ends a wait at once; this only bounds a wake-up that was somehow lost.
+POLL_S = 1.0
 
 
 class _StepLock(trio.abc.Instrument):
@@ -82,23 +82,28 @@ def _limiter() -> trio.CapacityLimiter:
         return limiter
 
 
-class ThreadReader:
-    """Reads one trio socket from a thread. `wake` (from any thread) ends a wait at once."""
+class Poller:
+    """The epoll set a relay thread waits on. Sockets are added and removed from any thread
+    (the kernel's set is thread-safe); `wake` (from any thread) ends the wait for good."""
 
-    def __init__(self, sock: trio.socket.SocketType) -> None:
-        self._sock = sock
+    def __init__(self) -> None:
         self._woken = False
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poll = select.poll()
-        self._poll.register(self._wake_r, select.POLLIN)
-        fd = sock.fileno()
-        if fd >= 0:
-            self._poll.register(fd, select.POLLIN)
         self._closed = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._epoll = select.epoll()
+        self._epoll.register(self._wake_r, select.EPOLLIN)
 
     @property
     def woken(self) -> bool:
         return self._woken
+
+    def add(self, fd: int) -> None:
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def discard(self, fd: int) -> None:
+        """Stop watching ``fd`` (a socket closed meanwhile has left the set by itself)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._epoll.unregister(fd)
 
     def wake(self) -> None:
         if self._woken or self._closed:
@@ -110,39 +115,44 @@ class ThreadReader:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._epoll.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
 
-    def read(self, size: int) -> bytes | None:
-        """Block until the socket has bytes: them (b"" at its end), or None once woken. Raises
-        OSError when the socket fails or was closed. The descriptor is asked for at each read: a
-        closed socket says -1, and a number kept from before could be another socket's by now."""
+    def wait(self) -> list[int] | None:
+        """Block until sockets of the set are readable (or closed, or failed): their
+        descriptors; None once woken."""
         while not self._woken:
-            # Wait first: a relay reads right after passing a packet on, when the answer is
-            # not there yet; a read first would fail most times (a system call for nothing).
-            if not self._poll.poll(POLL_MS) or self._woken:
-                continue
-            fd = self._sock.fileno()
-            if fd < 0:
-                raise OSError(errno.EBADF, "the socket is closed")
-            try:
-                return os.read(fd, size)
-            except BlockingIOError:
-                pass
+            ready = [fd for fd, _ in self._epoll.poll(POLL_S) if fd != self._wake_r]
+            if ready and not self._woken:
+                return ready
         return None
 
 
-async def run_in_thread(reader: ThreadReader, body: Callable[[], T]) -> T:
-    """Run ``body`` (which reads with ``reader``) in a relay thread and return what it returns.
+def read_socket(sock: trio.socket.SocketType, size: int) -> bytes | None:
+    """What a non-blocking socket has now: bytes (b"" at its end), or None (nothing yet).
+    Raises OSError when it failed or was closed. The descriptor is asked for at each read: a
+    closed socket says -1, and a number kept from before could be another socket's by now."""
+    fd = sock.fileno()
+    if fd < 0:
+        raise OSError(errno.EBADF, "the socket is closed")
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+
+
+async def run_in_thread(poller: Poller, body: Callable[[], T]) -> T:
+    """Run ``body`` (which waits with ``poller``) in a relay thread and return what it returns.
     The calling task stays the thread's host: ``trio.from_thread.run`` in ``body`` runs in it,
-    under its cancel scopes. When the task is cancelled the reader is woken, ``body`` returns
-    at its next read, and the cancellation goes on from here."""
+    under its cancel scopes. When the task is cancelled the poller is woken, ``body`` returns
+    at its next wait, and the cancellation goes on from here."""
 
     async def wake_when_cancelled() -> None:
         try:
             await trio.sleep_forever()
         finally:
-            reader.wake()
+            poller.wake()
 
     try:
         async with trio.open_nursery() as nursery:
@@ -154,4 +164,4 @@ async def run_in_thread(reader: ThreadReader, body: Callable[[], T]) -> T:
             finally:
                 nursery.cancel_scope.cancel()
     finally:
-        reader.close()
+        poller.close()

@@ -1,19 +1,26 @@
-"""The VM driver's relay lane in threads: the loops that read a VM's socket, and each attached
-debugger's, while the VM has debuggers (``relaythreads.py`` says why and how they share state).
+"""The VM driver's relay lane in a thread: while a VM has debuggers, one thread per VM reads
+its socket and each attached debugger's, waiting on them all with one epoll set
+(``relaythreads.py`` says why, and how it shares the session with the event loop).
 
 Layer: trio and ``ddmd.drive``; no protocol decisions. Composed into ``VmDriver``.
 
-Each loop does, per read, what the trio reader does, holding the step lock: the relay lane's
+Per read, holding the step lock, the thread does what the trio readers do: the relay lane's
 packet is written at once; other bytes go to the session (``VmSession.handle``, a pure function)
 and the commands it returns are carried out here as long as they need no event loop (packets
 that fit their queues, log lines). Whatever is left (a call's answer, a debugger leaving, a
-write the socket did not take whole) is done by the trio reader's own code, run in the event
-loop with ``trio.from_thread.run`` while the loop waits: the order of packets and every rule of
-the trio side stay as they were, and a hand-over (about 100 us here) is paid only then.
+write the socket did not take whole) is done by the trio readers' own code, run in the event
+loop with ``trio.from_thread.run`` while the thread waits: the order of packets and every rule
+of the trio side stay as they were, and a hand-over (about 100 us here) is paid only then.
+
+One thread, not one per socket: a reply wakes the thread that has just passed the command on,
+where a second thread, asleep since the last reply, costs more to wake. Behind a stand-in adb
+server two threads per VM measured slower than the event loop; one thread measured as fast as
+ddmlib's relay (docs/design.md, "The relay lane").
 """
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +29,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection
-from ddmd.drive.relaythreads import ThreadReader, run_in_thread, step_lock
+from ddmd.drive.relaythreads import Poller, read_socket, run_in_thread, step_lock
 from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.protocol.errors import RemoteProtocolError
@@ -72,7 +79,8 @@ class LaneCounts:
 
 
 class ThreadLane:
-    """The two loops, for one VM driver."""
+    """The relay thread of one VM driver: the VM's reader task hosts it (`read_vm`), each
+    attached debugger's reader task hands its socket to it (`serve_debugger`)."""
 
     def __init__(
         self, session: VmSession, writes: PendingWrites, *, log: Callable[[Log], None]
@@ -86,6 +94,8 @@ class ThreadLane:
         self._log = log
         self.counts = LaneCounts()
         self.applies = True  # the VM's debugger traffic takes the threads (`uses_threads`)
+        self._poller: Poller | None = None  # while the thread runs
+        self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
 
     def _act_here(self, commands: list[Command]) -> list[Command]:
         """Carry out, in the relay thread, the commands that need no event loop (packets that
@@ -105,102 +115,209 @@ class ThreadLane:
         """Whether every packet queued is written now (the socket took it at once)."""
         return not self._dirty or self._write_now()
 
-    # ------------------------------------------------------------------ the VM's socket
+    # ------------------------------------------------------------------ the thread
 
-    async def read_vm(self, sock: trio.socket.SocketType, rest: VmRest) -> str | None:
-        """Read the VM in a thread until no debugger is left (None: go on in trio) or the
-        connection ends (why). Raises OSError when the socket fails."""
-        reader = ThreadReader(sock)
-        lock, clock = step_lock(), trio.lowlevel.current_clock()
-        return await run_in_thread(reader, lambda: self._vm_loop(reader, lock, clock, rest))
+    @property
+    def running(self) -> bool:
+        """The thread runs: an attached debugger's socket can be handed to it."""
+        return self._poller is not None
 
-    def _vm_loop(
-        self, reader: ThreadReader, lock: threading.Lock, clock: trio.abc.Clock, rest: VmRest
+    def stop(self) -> None:
+        """End the thread (no debugger is left): the VM's reader goes on in trio."""
+        if self._poller is not None:
+            self._poller.wake()
+
+    async def read_vm(
+        self, sock: trio.socket.SocketType, vm_rest: VmRest, debugger_rest: DebuggerRest
     ) -> str | None:
-        session, debuggers, counts = self._session, self._debuggers, self.counts
-        while debuggers:
-            data = reader.read(RECEIVE_SIZE)
-            if data is None:
-                return None
-            if not data:
-                return trio.from_thread.run(rest, b"", [])
-            with lock:
-                counts.packets_in += 1
-                counts.bytes_in += len(data)
-                relayed = session.relay_vm(data)
-                commands: list[Command] = []
-                if relayed is not None:
-                    to = debuggers.get(relayed.debugger)
-                    if to is not None and not to.gone:  # else dropped, as in the event loop
-                        written = to.outbox.send_now(relayed.data)
-                        if written is None:
-                            commands = [relayed]  # the outbox is busy: queued behind the rest
-                        elif not written:
-                            self._dirty.append(to.outbox)  # the rest is queued
-                else:
-                    try:
-                        commands = session.handle(VmBytes(data), clock.current_time())
-                    except RemoteProtocolError as exc:
-                        self._log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
-                        return f"protocol error: {exc}"
-                later = self._act_here(commands)
-                if not later and self._written():
-                    counts.relayed += 1
-                    continue
-                counts.handed += 1
-            reason = trio.from_thread.run(rest, None, later)
-            if reason is not None:
-                return reason
-        return None
-
-    # ------------------------------------------------------------------ a debugger's socket
-
-    async def read_debugger(
-        self, debugger: DebuggerConnection, sock: trio.socket.SocketType, rest: DebuggerRest
-    ) -> bool:
-        """Read an attached debugger in a thread until it must stop (True) or the thread was
-        woken (False: go on in trio). Raises OSError when the socket fails."""
-        reader = ThreadReader(sock)
+        """Read the VM, and the debuggers that hand their sockets over (`serve_debugger`), in a
+        thread until no debugger is left (None: go on in trio) or the VM's connection ends
+        (why). Raises OSError when the VM's socket fails."""
+        poller = Poller()
+        fd = sock.fileno()
+        if fd < 0:
+            raise OSError(errno.EBADF, "the socket is closed")
+        poller.add(fd)
+        self._poller = poller
         lock, clock = step_lock(), trio.lowlevel.current_clock()
-        return await run_in_thread(
-            reader, lambda: self._debugger_loop(debugger, reader, lock, clock, rest)
-        )
+        try:
+            return await run_in_thread(
+                poller, lambda: self._loop(poller, sock, lock, clock, vm_rest, debugger_rest)
+            )
+        finally:
+            self._poller = None
+            for member in list(self._members.values()):
+                member.done.set()  # back to the event loop's reading
+            self._members.clear()
 
-    def _debugger_loop(
+    async def serve_debugger(
+        self, debugger: DebuggerConnection, sock: trio.socket.SocketType
+    ) -> bool:
+        """Hand an attached debugger's socket to the running thread and wait until it hands it
+        back: True when the debugger's reader must stop, False to go on reading in trio (the
+        thread ended). Raises OSError when the socket failed."""
+        poller = self._poller
+        fd = sock.fileno()
+        if poller is None or fd < 0:
+            return False
+        member = _Member(debugger, sock, trio.Event())
+        self._members[fd] = member
+        poller.add(fd)
+        try:
+            await member.done.wait()
+        finally:
+            if self._members.get(fd) is member:
+                del self._members[fd]
+                poller.discard(fd)
+        if member.error is not None:
+            raise member.error
+        return member.stop
+
+    def _loop(
         self,
-        debugger: DebuggerConnection,
-        reader: ThreadReader,
+        poller: Poller,
+        vm_sock: trio.socket.SocketType,
         lock: threading.Lock,
         clock: trio.abc.Clock,
-        rest: DebuggerRest,
-    ) -> bool:
-        session, counts, number = self._session, self.counts, debugger.number
-        while debugger.end_reason is None and not debugger.gone:
-            data = reader.read(RECEIVE_SIZE)
-            if data is None:
-                return False
-            if not data:
-                return trio.from_thread.run(rest, debugger, b"", [])
-            with lock:
-                if debugger.end_reason is not None or debugger.gone:
-                    return True
-                relayed = session.relay_debugger(number, data)
-                commands: list[Command] = []
-                if relayed is not None:
-                    vm = self._vm_outbox()
-                    if vm is not None:
-                        written = vm.send_now(relayed.data)
-                        if written is None:
-                            commands = [relayed]  # the outbox is busy: queued behind the rest
-                        elif not written:
-                            self._dirty.append(vm)  # the rest is queued
-                else:
-                    commands = session.handle(DebuggerBytes(number, data), clock.current_time())
-                later = self._act_here(commands)
-                if not later and self._written():
-                    counts.relayed += 1
+        vm_rest: VmRest,
+        debugger_rest: DebuggerRest,
+    ) -> str | None:
+        vm_fd = vm_sock.fileno()
+        while True:
+            ready = poller.wait()
+            if ready is None:
+                return None
+            for fd in ready:
+                if fd == vm_fd:
+                    with lock:
+                        try:
+                            step = self._vm_read(vm_sock, clock)
+                        except _ProtocolError as exc:
+                            return str(exc)
+                    if step is not None:
+                        reason = trio.from_thread.run(vm_rest, *step)
+                        if reason is not None:
+                            return reason
                     continue
-                counts.handed += 1
-            if trio.from_thread.run(rest, debugger, None, later):
-                return True
-        return True
+                with lock:
+                    member = self._members.get(fd)
+                    if member is None:
+                        continue  # handed back meanwhile
+                    handed = self._debugger_read(member, clock)
+                if handed is _ENDED:
+                    trio.from_thread.run_sync(member.done.set)  # its reader stops
+                elif handed is not None:
+                    trio.from_thread.run(self._debugger_rest, member, debugger_rest, *handed)
+            with lock:
+                if not self._debuggers:
+                    return None
+
+    # ------------------------------------------------------------------ one read each
+
+    def _vm_read(
+        self, sock: trio.socket.SocketType, clock: trio.abc.Clock
+    ) -> tuple[bytes | None, list[Command]] | None:
+        """One read of the VM's socket, holding the step lock; what is left for the event loop
+        (``VmRest``'s arguments), or None. Raises OSError when the socket failed."""
+        data = read_socket(sock, RECEIVE_SIZE)
+        if data is None:
+            return None
+        if not data:
+            return b"", []
+        counts = self.counts
+        counts.packets_in += 1
+        counts.bytes_in += len(data)
+        relayed = self._session.relay_vm(data)
+        commands: list[Command] = []
+        if relayed is not None:
+            to = self._debuggers.get(relayed.debugger)
+            if to is not None and not to.gone:  # else dropped, as in the event loop
+                written = to.outbox.send_now(relayed.data)
+                if written is None:
+                    commands = [relayed]  # the outbox is busy: queued behind the rest
+                elif not written:
+                    self._dirty.append(to.outbox)  # the rest is queued
+        else:
+            try:
+                commands = self._session.handle(VmBytes(data), clock.current_time())
+            except RemoteProtocolError as exc:
+                self._log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
+                raise _ProtocolError(f"protocol error: {exc}") from exc
+        later = self._act_here(commands)
+        if not later and self._written():
+            counts.relayed += 1
+            return None
+        counts.handed += 1
+        return None, later
+
+    def _debugger_read(
+        self, member: _Member, clock: trio.abc.Clock
+    ) -> tuple[bytes | None, list[Command]] | None:
+        """One read of a debugger's socket, holding the step lock; what is left for the event
+        loop (``DebuggerRest``'s arguments), or None."""
+        debugger = member.debugger
+        if debugger.end_reason is not None or debugger.gone:
+            member.stop = True
+            return _ENDED
+        try:
+            data = read_socket(member.sock, RECEIVE_SIZE)
+        except OSError as exc:
+            member.error = exc
+            return b"", []
+        if data is None:
+            return None
+        if not data:
+            return b"", []
+        counts = self.counts
+        relayed = self._session.relay_debugger(debugger.number, data)
+        commands: list[Command] = []
+        if relayed is not None:
+            vm = self._vm_outbox()
+            if vm is not None:
+                written = vm.send_now(relayed.data)
+                if written is None:
+                    commands = [relayed]  # the outbox is busy: queued behind the rest
+                elif not written:
+                    self._dirty.append(vm)  # the rest is queued
+        else:
+            item = DebuggerBytes(debugger.number, data)
+            commands = self._session.handle(item, clock.current_time())
+        later = self._act_here(commands)
+        if not later and self._written():
+            counts.relayed += 1
+            return None
+        counts.handed += 1
+        return None, later
+
+    async def _debugger_rest(
+        self,
+        member: _Member,
+        rest: DebuggerRest,
+        data: bytes | None,
+        later: Sequence[Command],
+    ) -> None:
+        """In the event loop: the debugger's read as its own reader would finish it; when the
+        reader must stop, its socket is handed back."""
+        stop = member.error is not None or await rest(member.debugger, data, later)
+        if stop:
+            member.stop = True
+            member.done.set()
+
+
+#: `_debugger_read`: the debugger's reader stops, with nothing for the session.
+_ENDED: tuple[bytes | None, list[Command]] = (b"", [])
+
+
+class _ProtocolError(Exception):
+    """The VM broke the protocol; the message is why its connection ends."""
+
+
+@dataclass(eq=False, slots=True)
+class _Member:
+    """An attached debugger whose socket the thread reads."""
+
+    debugger: DebuggerConnection
+    sock: trio.socket.SocketType
+    done: trio.Event
+    stop: bool = False
+    error: OSError | None = None

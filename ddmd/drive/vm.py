@@ -377,7 +377,11 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         sock = socket_of(stream) if self._lane.applies else None
         while True:
             if sock is not None and self._debuggers:  # the relay lane's thread (threadlane.py)
-                ended = await self._lane.read_vm(sock, self._vm_read_rest)
+                rests = self._vm_read_rest, self._debugger_read_rest
+                try:
+                    ended = await self._lane.read_vm(sock, *rests)
+                except OSError as exc:
+                    return f"connection error: {exc}"
                 if ended is not None:
                     return ended
                 continue

@@ -136,7 +136,7 @@ async def test_a_debugger_that_leaves_while_its_thread_waits_is_seen_at_once(tmp
             await wait_ready(h, port)
             debugger = await attach(h.started.current_port)
             await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 2, WAIT, what="both threads")
+            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
             await debugger.stream.aclose()
             left = await h.wait_event("debugger.detached", vm=vm_id(port))
             assert left["reason"] == "debugger closed the connection"
@@ -157,7 +157,7 @@ async def test_the_vm_going_away_ends_the_threads_and_the_debugger(tmp_path) -> 
             await wait_ready(h, port)
             debugger = await attach(h.started.current_port)
             await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 2, WAIT, what="both threads")
+            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
             sim_scope.cancel()  # the VM process ends: its listener and connection close
             assert await debugger.receive() is None  # ddmd closes the debugger's connection
             await wait_until(lambda: h.started.registry.get(vm_id(port)) is None, WAIT)
@@ -172,7 +172,7 @@ async def test_stopping_the_daemon_ends_threads_blocked_in_reads(tmp_path) -> No
             await wait_ready(h, port)
             debugger = await attach(h.started.current_port)
             await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 2, WAIT, what="both threads")
+            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
         # monitor() stopped the daemon: its nursery could only end once the threads had.
         assert not relay_threads()
         assert await debugger.receive() is None

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection, Outbox
-from ddmd.drive.relaythreads import ThreadReader, run_in_thread, step_lock
+from ddmd.drive.relaythreads import Poller, read_socket, run_in_thread, step_lock
 from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
 from ddmd.session.commands import Changed, Command, SendToVm
@@ -63,81 +63,89 @@ def socket_pair() -> tuple[trio.socket.SocketType, socket.socket]:
     return trio.socket.from_stdlib_socket(ours), theirs
 
 
-async def test_the_reader_returns_bytes_then_the_end_of_the_stream() -> None:
+async def test_the_poller_says_which_sockets_are_readable_and_read_socket_reads_them() -> None:
     with trio.fail_after(CAP):
-        sock, peer = socket_pair()
-        reader = ThreadReader(sock)
+        (one, peer_one), (two, peer_two) = socket_pair(), socket_pair()
+        poller = Poller()
         try:
-            peer.sendall(b"hello")
-            assert await trio.to_thread.run_sync(reader.read, 100) == b"hello"
-            peer.close()
-            assert await trio.to_thread.run_sync(reader.read, 100) == b""
+            poller.add(one.fileno())
+            poller.add(two.fileno())
+            assert read_socket(one, 100) is None  # nothing yet
+            peer_two.sendall(b"hello")
+            assert await trio.to_thread.run_sync(poller.wait) == [two.fileno()]
+            assert read_socket(two, 100) == b"hello"
+            peer_one.close()  # the end of a stream is "readable" too
+            assert await trio.to_thread.run_sync(poller.wait) == [one.fileno()]
+            assert read_socket(one, 100) == b""
+            poller.discard(one.fileno())
+            poller.discard(one.fileno())  # twice: no error
         finally:
-            reader.close()
-            sock.close()
+            poller.close()
+            for sock in (one, two):
+                sock.close()
+            peer_two.close()
 
 
-async def test_a_reader_blocked_in_the_kernel_is_woken_at_once() -> None:
+async def test_a_poller_blocked_in_the_kernel_is_woken_at_once_and_for_good() -> None:
     with trio.fail_after(CAP):
         sock, peer = socket_pair()
-        reader = ThreadReader(sock)
-        got: list[bytes | None] = []
+        poller = Poller()
+        poller.add(sock.fileno())
+        got: list[list[int] | None] = []
         try:
             async with trio.open_nursery() as nursery:
 
-                async def read() -> None:
-                    got.append(await trio.to_thread.run_sync(reader.read, 100))
+                async def wait() -> None:
+                    got.append(await trio.to_thread.run_sync(poller.wait))
 
-                nursery.start_soon(read)
+                nursery.start_soon(wait)
                 await trio.sleep(0.05)  # let it block
-                reader.wake()
+                poller.wake()
             assert got == [None]
-            assert reader.woken
+            assert poller.woken
             peer.sendall(b"later")
-            assert reader.read(100) is None  # woken for good: reads nothing more
+            assert poller.wait() is None  # woken for good
         finally:
-            reader.close()
+            poller.close()
             sock.close()
             peer.close()
 
 
-async def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:
-    with trio.fail_after(CAP):
-        sock, peer = socket_pair()
-        reader = ThreadReader(sock)
-        number = sock.fileno()
-        sock.close()
-        peer.close()
-        # A new socket now likely has the closed one's number, with bytes waiting.
-        other, other_peer = socket.socketpair()
-        try:
-            other_peer.sendall(b"not yours")
-            with pytest.raises(OSError):
-                await trio.to_thread.run_sync(reader.read, 100)
-            assert other.fileno() != number or other.recv(100) == b"not yours"
-        finally:
-            reader.close()
-            other.close()
-            other_peer.close()
+def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:
+    sock, peer = socket_pair()
+    number = sock.fileno()
+    sock.close()
+    peer.close()
+    # A new socket now likely has the closed one's number, with bytes waiting.
+    other, other_peer = socket.socketpair()
+    try:
+        other_peer.sendall(b"not yours")
+        with pytest.raises(OSError):
+            read_socket(sock, 100)
+        assert other.fileno() != number or other.recv(100) == b"not yours"
+    finally:
+        other.close()
+        other_peer.close()
 
 
 async def test_cancelling_the_host_task_wakes_the_thread_and_ends_it() -> None:
     with trio.fail_after(CAP):
         sock, peer = socket_pair()
-        reader = ThreadReader(sock)
+        poller = Poller()
+        poller.add(sock.fileno())
         ended = threading.Event()
 
         def body() -> str:
             try:
-                while (data := reader.read(100)) is not None:
-                    assert data
+                while poller.wait() is not None:
+                    pass
                 return "woken"
             finally:
                 ended.set()
 
         try:
             with trio.move_on_after(0.1) as scope:
-                await run_in_thread(reader, body)
+                await run_in_thread(poller, body)
             assert scope.cancelled_caught
             assert ended.is_set()  # the thread was done before the call gave up
         finally:
@@ -148,7 +156,8 @@ async def test_cancelling_the_host_task_wakes_the_thread_and_ends_it() -> None:
 async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
     with trio.fail_after(CAP):
         sock, peer = socket_pair()
-        reader = ThreadReader(sock)
+        poller = Poller()
+        poller.add(sock.fileno())
         host = trio.lowlevel.current_task()
         ran_in: list[object] = []
 
@@ -157,13 +166,14 @@ async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
             return data.upper()
 
         def body() -> bytes:
-            data = reader.read(100)
+            assert poller.wait() == [sock.fileno()]
+            data = read_socket(sock, 100)
             assert data is not None
             return trio.from_thread.run(in_trio, data)
 
         try:
             peer.sendall(b"abc")
-            assert await run_in_thread(reader, body) == b"ABC"
+            assert await run_in_thread(poller, body) == b"ABC"
             assert ran_in == [host]
         finally:
             sock.close()
@@ -194,13 +204,17 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
     """The order of a debugger's packets: a read whose commands need the event loop is done
     there (however long that takes) before a fast one read after it is written."""
     with trio.fail_after(CAP):
+        vm_sock, vm_peer = socket_pair()
         sock, peer = socket_pair()
         log: list[str] = []
         vm = _VmOutbox(log)
         stream = trio.SocketStream(sock)
         debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
-        writes = PendingWrites({}, lambda: vm)  # type: ignore[arg-type,return-value]
+        writes = PendingWrites({1: debugger}, lambda: vm)  # type: ignore[arg-type,return-value]
         lane = ThreadLane(_Session(), writes, log=lambda _: None)  # type: ignore[arg-type]
+
+        async def vm_rest(data: bytes | None, later: list[Command]) -> str | None:
+            return "the VM left" if data == b"" else None
 
         async def rest(d: DebuggerConnection, data: bytes | None, later: list[Command]) -> bool:
             if data == b"":
@@ -209,7 +223,14 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
             log.append(f"handled {later}")
             return False
 
+        async def debugger_side() -> None:
+            await wait_running(lane)
+            assert await lane.serve_debugger(debugger, sock) is True
+            vm_peer.close()  # then the VM leaves too: the thread ends
+
         async def feed() -> None:
+            await wait_running(lane)
+            await trio.sleep(0.01)
             peer.sendall(b"S1")
             await trio.sleep(0.01)  # the thread has read S1 by now: F2 is another read
             peer.sendall(b"F2")
@@ -217,8 +238,16 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
             peer.close()
 
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(debugger_side)
             nursery.start_soon(feed)
-            assert await lane.read_debugger(debugger, sock, rest) is True
+            assert await lane.read_vm(vm_sock, vm_rest, rest) == "the VM left"
         assert log == ["handled [Changed(renamed=True)]", "wrote F2"]
         assert (lane.counts.relayed, lane.counts.handed) == (1, 1)  # F2; S1
+        assert not lane.running
         sock.close()
+        vm_sock.close()
+
+
+async def wait_running(lane: ThreadLane) -> None:
+    while not lane.running:  # noqa: ASYNC110 - the lane has no event to wait on
+        await trio.sleep(0.001)
