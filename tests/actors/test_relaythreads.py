@@ -111,7 +111,7 @@ async def test_a_poller_blocked_in_the_kernel_is_woken_at_once_and_for_good() ->
             peer.close()
 
 
-def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:
+async def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:
     sock, peer = socket_pair()
     number = sock.fileno()
     sock.close()
