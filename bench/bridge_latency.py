@@ -1,7 +1,7 @@
 """JDWP bridge benchmark: latency and CPU per operation of three workloads, jdb attach, 1 GiB.
 
 Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 1]
-[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--relay-threads local|all|off]
+[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--relay-threads true|false]
 [--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
@@ -498,7 +498,7 @@ def write_config(
     first, last = ports.take_range(2)  # a per-VM port for the scanned VM and the adb one
     queue = "" if queue_packets is None else f"queue_packets = {queue_packets}\n"
     if relay_threads is not None:
-        queue += f'relay_threads = "{relay_threads}"\n'
+        queue += f"relay_threads = {relay_threads}\n"
     if adb is None:
         adb_section = 'enabled = "off"'
     else:
@@ -1456,8 +1456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--relay-threads",
-        choices=("local", "all", "off"),
-        help="ddmd's [debugger] relay_threads (default: ddmd's default, local)",
+        choices=("true", "false"),
+        help="ddmd's [debugger] relay_threads (default: ddmd's default, true)",
     )
     parser.add_argument("--profile", action="store_true", help="profile ddmd afterwards")
     parser.add_argument("--profile-count", type=int, help=argparse.SUPPRESS)

@@ -75,7 +75,7 @@ def test_defaults():
     assert c.debugger.queue_packets == 1024
     assert c.debugger.relay_chunk_bytes == 1024 * 1024
     assert c.debugger.max_per_vm == 4
-    assert c.debugger.relay_threads == "local"
+    assert c.debugger.relay_threads is True
     assert (c.control.host, c.control.port, c.control.token) == ("127.0.0.1", 8710, "")
     assert c.monitor == type(c.monitor)(0.5, False, True)
     assert dataclasses.astuple(c.timeouts) == (2.0, 2.0, 5.0, 30.0, 1.0, 10.0, 5.0, 5.0, 60.0)
@@ -484,21 +484,14 @@ def test_max_per_vm_bounds(value, fragment):
     expect_error({"debugger": {"max_per_vm": value}}, "debugger.max_per_vm", str(value), fragment)
 
 
-@pytest.mark.parametrize(
-    ("value", "mode"),
-    [("local", "local"), ("ALL", "all"), ("off", "off"), (True, "all"), (False, "off")],
-)
-def test_relay_threads_modes(value, mode):
-    c = parse_config({"debugger": {"relay_threads": value}}, source="test", env=ENV)
-    assert c.debugger.relay_threads == mode
-
-
-def test_relay_threads_names_its_choices():
+def test_relay_threads_can_be_turned_off_and_must_be_a_boolean():
+    c = parse_config({"debugger": {"relay_threads": False}}, source="test", env=ENV)
+    assert c.debugger.relay_threads is False
     expect_error(
         {"debugger": {"relay_threads": "yes"}},
         "debugger.relay_threads",
-        "'yes'",
-        "'local', 'all', 'off'",
+        None,
+        "expected true or false",
     )
 
 

@@ -34,7 +34,6 @@ from ddmd.config.schema import (
     LOG_LEVELS,
     MAX_PORT,
     MIN_PORT,
-    RELAY_THREADS,
     UNKNOWN_PEER_MODES,
     AdbConfig,
     AdbMode,
@@ -50,7 +49,6 @@ from ddmd.config.schema import (
     LogFormat,
     LogLevel,
     MonitorConfig,
-    RelayThreads,
     ScanConfig,
     SecurityConfig,
     TimeoutsConfig,
@@ -64,15 +62,6 @@ __all__ = ["find_config_file", "load_config", "parse_config"]
 
 # --------------------------------------------------------------------------------------------------
 # Reading values
-
-
-def _relay_threads(d: _Section) -> RelayThreads:
-    """``[debugger] relay_threads``: "local", "all" or "off"; true and false read as "all" and
-    "off"."""
-    raw = d.raw("relay_threads")
-    if isinstance(raw, bool):
-        return "all" if raw else "off"
-    return cast("RelayThreads", d.get(d.choice, "relay_threads", RELAY_THREADS))
 
 
 def _default_state_file(env: Mapping[str, str]) -> Path:
@@ -230,7 +219,7 @@ def parse_config(
         relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
         max_per_vm=d.get(d.integer, "max_per_vm", minimum=1, maximum=64),
-        relay_threads=_relay_threads(d),
+        relay_threads=d.get(d.boolean, "relay_threads"),
     )
 
     c = sec["control"]

@@ -24,7 +24,6 @@ __all__ = [
     "FRONT_ON_KILL",
     "LOG_FORMATS",
     "LOG_LEVELS",
-    "RELAY_THREADS",
     "AdbConfig",
     "AdbMode",
     "Config",
@@ -40,7 +39,6 @@ __all__ = [
     "LogcatConfig",
     "MonitorConfig",
     "PortRange",
-    "RelayThreads",
     "ScanConfig",
     "SecurityConfig",
     "TimeoutsConfig",
@@ -57,8 +55,6 @@ UnknownPeer = Literal["allow", "refuse"]
 FrontOnKill = Literal["refuse", "relay"]
 
 ADB_MODES: Final = ("auto", "on", "off")
-RelayThreads = Literal["local", "all", "off"]
-RELAY_THREADS: Final = ("local", "all", "off")
 LOG_FORMATS: Final = ("auto", "json", "console")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 UNKNOWN_PEER_MODES: Final = ("allow", "refuse")
@@ -115,7 +111,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
                 "max_per_vm": 4,
-                "relay_threads": "local",
+                "relay_threads": True,
             }
         ),
         "control": MappingProxyType(
@@ -318,9 +314,7 @@ class DebuggerConfig:
     relay_chunk_bytes: int
     forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
-    # Which VMs with debuggers are relayed by threads (drive/relaythreads.py): "local" (found by
-    # the port scan), "all", or "off" (the event loop relays everything).
-    relay_threads: RelayThreads = "local"
+    relay_threads: bool = True  # a VM with debuggers is relayed by a thread (drive/threadlane.py)
 
 
 @dataclass(frozen=True, slots=True)

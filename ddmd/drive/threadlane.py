@@ -39,7 +39,7 @@ from ddmd.session.inputs import DebuggerBytes, VmBytes
 if TYPE_CHECKING:
     from ddmd.session.vm import VmSession
 
-__all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of", "uses_threads"]
+__all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of"]
 
 RECEIVE_SIZE = 65536
 
@@ -48,14 +48,6 @@ RECEIVE_SIZE = 65536
 #: returns why the connection ends, or None; for a debugger, True when its reader must stop.
 VmRest = Callable[[bytes | None, Sequence[Command]], Awaitable[str | None]]
 DebuggerRest = Callable[[DebuggerConnection, bytes | None, Sequence[Command]], Awaitable[bool]]
-
-
-def uses_threads(setting: str, source: str) -> bool:
-    """Whether a VM's debugger traffic takes the relay threads: ``[debugger] relay_threads`` is
-    "all", or "local" and the VM was found by the port scan (source "tcp"). Behind an adb
-    server the event loop relays: there, on a 2-core machine, two threads per VM added more
-    latency than they saved (docs/design.md, "The relay lane")."""
-    return setting == "all" or (setting == "local" and source == "tcp")
 
 
 def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
@@ -93,7 +85,7 @@ class ThreadLane:
         self._write_now = writes.write_now
         self._log = log
         self.counts = LaneCounts()
-        self.applies = True  # the VM's debugger traffic takes the threads (`uses_threads`)
+        self.applies = True  # [debugger] relay_threads
         self._poller: Poller | None = None  # while the thread runs
         self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
 

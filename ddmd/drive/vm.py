@@ -43,7 +43,7 @@ from ddmd.drive.debuggers import DebuggerSide
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
-from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of, uses_threads
+from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
 from ddmd.drive.writes import PendingWrites
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
 from ddmd.logs import Event, bind_vm_identity
@@ -193,7 +193,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._dirty = self._writes.dirty
         self._write_now = self._writes.write_now
         self._lane = ThreadLane(self._session, self._writes, log=self._act)
-        self._lane.applies = uses_threads(config.debugger.relay_threads, source)
+        self._lane.applies = config.debugger.relay_threads
         self._port_key: str | None = None
         self._debugger_port: int | None = None
         self._timeouts = 0

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import trio
 
-from ddmd.drive.threadlane import uses_threads
 from ddmd.protocol.jdwp import CommandPacket, CommandSet, VirtualMachineCommand
 from ddmd.registry import VmHandle
 from ddmd.sim import SimConfig, SimVm
@@ -58,13 +57,12 @@ def jstring(data: bytes) -> str:
     return data[4 : 4 + n].decode()
 
 
-@pytest.mark.parametrize("mode", ["local", "all", "off"])
-async def test_an_attached_debuggers_traffic_takes_the_relay_threads(tmp_path, mode) -> None:
+@pytest.mark.parametrize("threads", [True, False], ids=["relay thread", "event loop only"])
+async def test_an_attached_debuggers_traffic_takes_the_relay_thread(tmp_path, threads) -> None:
     (port,) = free_port_range(1)
-    threads = mode != "off"  # a VM found by the port scan is local
     with trio.fail_after(CAP):
         settings = {
-            "debugger": {"relay_threads": mode},
+            "debugger": {"relay_threads": threads},
             "monitor": {"always_poll_threads": True},
         }
         async with monitor([port], tmp_path, **settings) as h:
@@ -199,18 +197,3 @@ async def test_a_reply_the_debugger_does_not_read_is_queued_by_the_event_loop(tm
             await h.wait_event("debugger.detached", vm=vm_id(port))
             assert counts(h, port)["thread_handed"] > 0
             await wait_until(lambda: not relay_threads(), WAIT, what="relay threads ended")
-
-
-@pytest.mark.parametrize(
-    ("setting", "source", "threads"),
-    [
-        ("local", "tcp", True),
-        ("local", "adb", False),
-        ("all", "adb", True),
-        ("all", "tcp", True),
-        ("off", "tcp", False),
-        ("off", "adb", False),
-    ],
-)
-def test_which_vms_take_the_relay_threads(setting, source, threads) -> None:
-    assert uses_threads(setting, source) is threads
