@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -14,7 +15,8 @@ from ddmd.drive.debugger import DebuggerConnection, Outbox
 from ddmd.drive.relaythreads import Poller, read_socket, run_in_thread, step_lock
 from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
-from ddmd.session.commands import Changed, Command, SendToVm
+from ddmd.protocol.errors import RemoteProtocolError
+from ddmd.session.commands import Changed, Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import DebuggerBytes
 
 CAP = 10
@@ -251,3 +253,76 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
 async def wait_running(lane: ThreadLane) -> None:
     while not lane.running:  # noqa: ASYNC110 - the lane has no event to wait on
         await trio.sleep(0.001)
+
+
+class _Outbox:
+    """An outbox that takes ``room`` packets, then refuses (its queue is full)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.queue: list[bytes] = []
+
+    def put(self, data: bytes) -> bool:
+        if len(self.queue) >= self.room:
+            return False
+        self.queue.append(data)
+        return True
+
+    def write_now(self) -> bool:
+        return True
+
+
+def test_the_thread_does_what_needs_no_event_loop_and_hands_on_the_rest_in_order() -> None:
+    outbox = _Outbox(room=2)
+    debugger = SimpleNamespace(gone=False, outbox=outbox)
+    writes = PendingWrites({7: debugger}, lambda: None)  # type: ignore[dict-item]
+    logged: list[Log] = []
+    lane = ThreadLane(None, writes, log=logged.append)  # type: ignore[arg-type]
+    line = Log("debugger.event_dropped", "debug")
+    commands: list[Command] = [
+        SendToDebugger(7, b"one"),
+        line,
+        SendToDebugger(99, b"to a debugger that is gone: dropped"),
+        Changed(),
+        SendToDebugger(7, b"two"),
+    ]
+    assert lane._act_here(commands) == commands[3:]  # Changed needs the event loop
+    assert outbox.queue == [b"one"]
+    assert logged == [line]
+    assert writes.dirty == [outbox]
+    # A full queue is the event loop's rule (the slow consumer): handed on from there.
+    outbox.room = 1
+    full: list[Command] = [SendToDebugger(7, b"three"), line]
+    assert lane._act_here(full) == full
+    assert outbox.queue == [b"one"]
+
+
+class _BrokenVmSession:
+    def relay_vm(self, data: bytes) -> None:
+        return None
+
+    def handle(self, item: object, now: float) -> list[Command]:
+        raise RemoteProtocolError("a packet of 3 bytes")
+
+
+async def test_a_vm_that_breaks_the_protocol_ends_the_thread_with_the_reason_logged() -> None:
+    with trio.fail_after(CAP):
+        vm_sock, vm_peer = socket_pair()
+        stream = trio.SocketStream(socket_pair()[0])
+        debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
+        logged: list[Log] = []
+        writes = PendingWrites({1: debugger}, lambda: None)
+        lane = ThreadLane(_BrokenVmSession(), writes, log=logged.append)  # type: ignore[arg-type]
+
+        async def never(*_: object) -> None:
+            raise AssertionError("nothing is handed to the event loop")
+
+        vm_peer.sendall(b"\x00\x00\x00\x03xxxxxxx")
+        reason = await lane.read_vm(vm_sock, never, never)  # type: ignore[arg-type]
+        assert reason == "protocol error: a packet of 3 bytes"
+        assert [(log.event, log.fields) for log in logged] == [
+            ("vm.protocol_error", {"error": "a packet of 3 bytes"})
+        ]
+        assert not lane.running
+        vm_sock.close()
+        vm_peer.close()
