@@ -1,20 +1,20 @@
-"""The relay lane in threads: while a VM has debuggers, its socket and theirs are read by
-threads that block in the kernel, not by trio tasks (docs/design.md, "The relay lane").
+"""What a relay thread needs: the lock it shares with trio, the epoll set it waits on, a
+non-blocking read, and the way its host task starts and ends it (docs/design.md, "The relay
+lane"; the thread's loop is ``threadlane.py``).
 
 Layer: trio and the standard library; no protocol decisions.
 
-Why: a packet relayed by a trio task costs a loop turn (epoll, a task switch, a coroutine step)
-on each pass: about 30 us here, where a thread blocked in ``poll`` and ``read`` costs about 10 us.
-ddmlib relays with a thread per socket; to be within reach of it on the adb path, so does ddmd.
+Why a thread: a packet relayed by a trio task costs a loop turn (epoll, a task switch, a
+coroutine step) on each pass, about 30 us here; a thread that waits in epoll and reads and
+writes at once costs about 10 us. ddmlib relays in a thread of its own (a java.nio selector).
 
-How the threads and trio share a VM's state: one lock per trio run, `step_lock`. Trio's thread
+How the thread and trio share a VM's state: one lock per trio run, `step_lock`. Trio's thread
 holds it for every task step (an instrument takes it before a step and gives it back after), and
-a relay thread holds it while it hands bytes to the session and writes the fast lane's packet
-(non-blocking writes only: microseconds). So the session and the outboxes are only ever touched
-by one thread at a time, at the same points as before: between trio's steps. Anything that is not
-the fast lane's common case (a slow-lane packet, a write the socket did not take whole) is handed
-to trio with ``trio.from_thread.run`` while the thread waits, so packets keep their order and
-trio's rules (cancel scopes, flushes, logging) apply as they did.
+a relay thread holds it for each read it carries out (non-blocking reads and writes only:
+microseconds). So the session and the outboxes are only ever touched by one thread at a time, at
+the same points as before: between trio's steps. What needs the event loop is handed to trio
+with ``trio.from_thread.run`` while the thread waits, so packets keep their order and trio's
+rules (cancel scopes, flushes) apply as they did.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ddmd.drive.debugger import DebuggerConnection
+from ddmd.drive.debugger import DebuggerConnection, Outbox
 from ddmd.drive.relaythreads import Poller, read_socket, run_in_thread, step_lock
 from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
@@ -220,27 +220,15 @@ class ThreadLane:
         counts.packets_in += 1
         counts.bytes_in += len(data)
         relayed = self._session.relay_vm(data)
-        commands: list[Command] = []
         if relayed is not None:
-            to = self._debuggers.get(relayed.debugger)
-            if to is not None and not to.gone:  # else dropped, as in the event loop
-                written = to.outbox.send_now(relayed.data)
-                if written is None:
-                    commands = [relayed]  # the outbox is busy: queued behind the rest
-                elif not written:
-                    self._dirty.append(to.outbox)  # the rest is queued
-        else:
-            try:
-                commands = self._session.handle(VmBytes(data), clock.current_time())
-            except RemoteProtocolError as exc:
-                self._log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
-                raise _ProtocolError(f"protocol error: {exc}") from exc
-        later = self._act_here(commands)
-        if not later and self._written():
-            counts.relayed += 1
-            return None
-        counts.handed += 1
-        return None, later
+            to = self._debuggers.get(relayed.debugger)  # gone: dropped, as in the event loop
+            return self._finish(self._send(to.outbox if to and not to.gone else None, relayed))
+        try:
+            commands = self._session.handle(VmBytes(data), clock.current_time())
+        except RemoteProtocolError as exc:
+            self._log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
+            raise _ProtocolError(f"protocol error: {exc}") from exc
+        return self._finish(commands)
 
     def _debugger_read(
         self, member: _Member, clock: trio.abc.Clock
@@ -260,25 +248,30 @@ class ThreadLane:
             return None
         if not data:
             return b"", []
-        counts = self.counts
         relayed = self._session.relay_debugger(debugger.number, data)
-        commands: list[Command] = []
         if relayed is not None:
-            vm = self._vm_outbox()
-            if vm is not None:
-                written = vm.send_now(relayed.data)
-                if written is None:
-                    commands = [relayed]  # the outbox is busy: queued behind the rest
-                elif not written:
-                    self._dirty.append(vm)  # the rest is queued
-        else:
-            item = DebuggerBytes(debugger.number, data)
-            commands = self._session.handle(item, clock.current_time())
+            return self._finish(self._send(self._vm_outbox(), relayed))
+        item = DebuggerBytes(debugger.number, data)
+        return self._finish(self._session.handle(item, clock.current_time()))
+
+    def _send(self, outbox: Outbox | None, relayed: SendToDebugger | SendToVm) -> list[Command]:
+        """The relay lane's packet, written at once when ``outbox`` is idle; what is left to
+        carry out (the packet itself, when the outbox is busy: queued behind the rest)."""
+        if outbox is not None:
+            written = outbox.send_now(relayed.data)
+            if written is None:
+                return [relayed]
+            if not written:
+                self._dirty.append(outbox)  # the rest is queued
+        return []
+
+    def _finish(self, commands: list[Command]) -> tuple[bytes | None, list[Command]] | None:
+        """Carry out what the thread may; what is left for the event loop, or None."""
         later = self._act_here(commands)
         if not later and self._written():
-            counts.relayed += 1
+            self.counts.relayed += 1
             return None
-        counts.handed += 1
+        self.counts.handed += 1
         return None, later
 
     async def _debugger_rest(

@@ -52,6 +52,15 @@ async def thread_ids(debugger: Any, packet_id: int) -> list[bytes]:
     return [reply.data[4 + 8 * i : 12 + 8 * i] for i in range(n)]
 
 
+async def attached_through_the_thread(h: Harness, port: int) -> Any:
+    """A debugger on the current-VM port whose socket the VM's relay thread reads."""
+    await wait_ready(h, port)
+    debugger = await attach(h.started.current_port)
+    await thread_ids(debugger, 1)
+    await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
+    return debugger
+
+
 def jstring(data: bytes) -> str:
     (n,) = struct.unpack_from(">i", data)
     return data[4 : 4 + n].decode()
@@ -126,22 +135,19 @@ async def test_a_slow_lane_command_is_done_before_a_fast_one_sent_right_after_it
             assert counts(h, port)["thread_relayed"] > 0
 
 
-async def test_a_debugger_that_leaves_while_its_thread_waits_is_seen_at_once(tmp_path) -> None:
+async def test_a_debugger_that_leaves_while_the_thread_waits_is_seen_at_once(tmp_path) -> None:
     (port,) = free_port_range(2)[:1]
     with trio.fail_after(CAP):
         async with monitor([port], tmp_path) as h:
             await start_sim(h, port)
-            await wait_ready(h, port)
-            debugger = await attach(h.started.current_port)
-            await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
+            debugger = await attached_through_the_thread(h, port)
             await debugger.stream.aclose()
             left = await h.wait_event("debugger.detached", vm=vm_id(port))
             assert left["reason"] == "debugger closed the connection"
             await wait_until(lambda: not relay_threads(), WAIT, what="relay threads ended")
 
 
-async def test_the_vm_going_away_ends_the_threads_and_the_debugger(tmp_path) -> None:
+async def test_the_vm_going_away_ends_the_thread_and_the_debugger(tmp_path) -> None:
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
         async with monitor([port], tmp_path) as h:
@@ -152,26 +158,20 @@ async def test_the_vm_going_away_ends_the_threads_and_the_debugger(tmp_path) -> 
                     await SimVm(SimConfig(port=port, pid=PID, threads=9, **QUIET_SIM)).run()
 
             h.peers.start_soon(run_sim)
-            await wait_ready(h, port)
-            debugger = await attach(h.started.current_port)
-            await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
+            debugger = await attached_through_the_thread(h, port)
             sim_scope.cancel()  # the VM process ends: its listener and connection close
             assert await debugger.receive() is None  # ddmd closes the debugger's connection
             await wait_until(lambda: h.started.registry.get(vm_id(port)) is None, WAIT)
             await wait_until(lambda: not relay_threads(), WAIT, what="relay threads ended")
 
 
-async def test_stopping_the_daemon_ends_threads_blocked_in_reads(tmp_path) -> None:
+async def test_stopping_the_daemon_ends_a_thread_blocked_in_its_wait(tmp_path) -> None:
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
         async with monitor([port], tmp_path) as h:
             await start_sim(h, port)
-            await wait_ready(h, port)
-            debugger = await attach(h.started.current_port)
-            await thread_ids(debugger, 1)
-            await wait_until(lambda: len(relay_threads()) == 1, WAIT, what="the relay thread")
-        # monitor() stopped the daemon: its nursery could only end once the threads had.
+            debugger = await attached_through_the_thread(h, port)
+        # monitor() stopped the daemon: its nursery could only end once the thread had.
         assert not relay_threads()
         assert await debugger.receive() is None
 
