@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from ddmd.protocol.jdwp import CommandPacket, CommandSet, VirtualMachineCommand
+from ddmd.protocol.jdwp import CommandPacket, CommandSet, VirtualMachineCommand, encode
 from ddmd.registry import VmHandle
 from ddmd.sim import SimConfig, SimVm
 from tests.actors.rawpeers import QUIET_SIM, Harness, free_port_range, monitor, wait_until
@@ -197,3 +197,29 @@ async def test_a_reply_the_debugger_does_not_read_is_queued_by_the_event_loop(tm
             await h.wait_event("debugger.detached", vm=vm_id(port))
             assert counts(h, port)["thread_handed"] > 0
             await wait_until(lambda: not relay_threads(), WAIT, what="relay threads ended")
+
+
+async def test_packets_cut_anywhere_and_packed_together_come_through_the_thread(tmp_path) -> None:
+    """The thread's reads are not packets: a command a byte at a time, two in one write, and
+    one cut across two writes all reach the VM whole and are answered in order."""
+    (port,) = free_port_range(1)
+    with trio.fail_after(CAP):
+        async with monitor([port], tmp_path) as h:
+            await start_sim(h, port)
+            debugger = await attached_through_the_thread(h, port)
+            tids = await thread_ids(debugger, 1)
+            name = [encode(CommandPacket(10 + i, THREAD, 1, tids[0])) for i in range(4)]
+            before = counts(h, port)
+            for byte in name[0]:  # a byte at a time: most of them separate reads
+                await debugger.send_raw(bytes([byte]))
+                await trio.sleep(0.001)
+            await debugger.send_raw(name[1] + name[2][:5])  # one whole, one cut
+            await trio.sleep(0.01)
+            await debugger.send_raw(name[2][5:] + name[3])
+            replies = await receive_replies(debugger, 4)
+            assert [r.id for r in replies] == [10, 11, 12, 13]
+            assert {jstring(r.data) for r in replies} == {"main"}
+            # The general path took the cut reads in the thread itself: nothing was handed on.
+            after = counts(h, port)
+            assert after["thread_relayed"] >= before["thread_relayed"] + 5  # 5 reads at the least
+            assert after["thread_handed"] == before["thread_handed"]
