@@ -158,12 +158,17 @@ class ThreadLane:
         try:
             await member.done.wait()
         finally:
-            if self._members.get(fd) is member:
-                del self._members[fd]
-                poller.discard(fd)
+            self._forget(poller, fd, member)
         if member.error is not None:
             raise member.error
         return member.stop
+
+    def _forget(self, poller: Poller, fd: int, member: _Member) -> None:
+        """Stop reading a debugger's socket (holding the step lock): only if ``fd`` is still
+        that debugger's, since a closed socket's number may be a new debugger's by now."""
+        if self._members.get(fd) is member:
+            del self._members[fd]
+            poller.discard(fd)
 
     def _loop(
         self,
@@ -200,6 +205,9 @@ class ThreadLane:
                     trio.from_thread.run_sync(member.done.set)  # its reader stops
                 elif handed is not None:
                     trio.from_thread.run(self._debugger_rest, member, debugger_rest, *handed)
+                if member.stop or member.error is not None:
+                    with lock:  # out of the set now: a socket at its end stays "readable"
+                        self._forget(poller, fd, member)
             with lock:
                 if not self._debuggers:
                     return None
