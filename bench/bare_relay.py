@@ -29,7 +29,11 @@ def main(listen_port: int, target_port: int) -> None:
         for fd, _ in poller.poll():
             if fd == listener.fileno():
                 client, _ = listener.accept()
-                upstream = socket.create_connection((HOST, target_port), timeout=5)
+                try:
+                    upstream = socket.create_connection((HOST, target_port), timeout=5)
+                except OSError:
+                    client.close()  # the target is not listening (yet): this client is refused
+                    continue
                 for sock in (client, upstream):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     sock.setblocking(False)

@@ -33,17 +33,25 @@ public final class BareRelay {
       while (keys.hasNext()) {
         SelectionKey key = keys.next();
         keys.remove();
+        if (!key.isValid()) {
+          continue; // its connection was closed with the other end's, in this same pass
+        }
         if (key.isAcceptable()) {
           SocketChannel client = server.accept();
-          SocketChannel upstream =
-              SocketChannel.open(new InetSocketAddress("127.0.0.1", targetPort));
+          SocketChannel upstream;
+          try {
+            upstream = SocketChannel.open(new InetSocketAddress("127.0.0.1", targetPort));
+          } catch (IOException e) {
+            client.close(); // the target is not listening (yet): this client is refused
+            continue;
+          }
           for (SocketChannel channel : new SocketChannel[] {client, upstream}) {
             channel.socket().setTcpNoDelay(true);
             channel.configureBlocking(false);
           }
           client.register(selector, SelectionKey.OP_READ, upstream);
           upstream.register(selector, SelectionKey.OP_READ, client);
-        } else if (key.isValid() && key.isReadable()) {
+        } else if (key.isReadable()) {
           SocketChannel from = (SocketChannel) key.channel();
           SocketChannel to = (SocketChannel) key.attachment();
           buffer.clear();
