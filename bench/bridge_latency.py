@@ -1,12 +1,12 @@
 """JDWP bridge benchmark: latency and CPU per operation of three workloads, jdb attach, 1 GiB.
 
-Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 1]
-[--count 2000] [--mix 100] [--skip-big] [--skip-jdb] [--relay-threads true|false]
+Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 3]
+[--count 1000] [--mix 50] [--skip-big] [--skip-jdb] [--relay-threads true|false]
 [--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
 with ``javac -g`` into a temp dir at start. ``--quick`` is a smoke run (one phase of three rounds,
-300 calls and 15 stops per session, well under a minute); its figures are rough.
+300 calls and 15 stops per path and round, well under a minute); its figures are rough.
 
 Workloads (``jdwp_load.py``): a raw blocking JDWP client in this process, the same on every path,
 one command at a time, times each operation: ``name()`` (ThreadReference.Name of the target's
@@ -14,7 +14,7 @@ one command at a time, times each operation: ``name()`` (ThreadReference.Name of
 simulated breakpoint stop timed as a whole: VM.Suspend, AllThreads + Status of each thread,
 Frames of the stopped thread, ``this`` object's fields (a static frame: the thread object stands
 in), the locals with values (VariableTable + StackFrame.GetValues), one ClassesBySignature,
-VM.Resume (17 commands on JDK 17). Per session: a warm-up of each workload, then each timed.
+VM.Resume (17 commands on JDK 17).
 
 Paths, all measured in every round, the order rotating from round to round:
 
@@ -34,28 +34,37 @@ Paths, all measured in every round, the order rotating from round to round:
   Selector, as ddmlib relays) in front of the adb forward's port;
 - ddmlib via adb:     the reference: Debian's ddmlib 25.x (``java/DdmlibDriver.java``) per-VM
   debugger port -> its ``jdwp:PID`` stream through its own stand-in server. Skipped, with a note,
-  when its jars are missing. Sessions retry their connect while ddmlib reopens its VM.
+  when its jars are missing.
 
 There is no device: only differences between adb paths (a hop = added latency minus the plain
-adb stream's) carry over to a real phone. Four identical JVMs take the roles "free" (direct,
-relays, socat, adb forward), "scan", "adb" and "ddmlib", rotated from phase to phase; each phase
-starts fresh ddmd, ddmlib, relays and stand-in servers, then runs ``--rounds`` rounds. In the
-first phase ddmd's own packet counters check that each name() is one command and one reply.
+adb stream's) carry over to a real phone. Every path has an identical JVM of its own, the roles
+rotated from phase to phase; the adb forward, the trio relay via adb and the bare relays share
+one stand-in server, ddmd and ddmlib have one each (each opens every pid its server lists).
+Each phase starts fresh ddmd, ddmlib, relays and stand-in servers and opens one session per
+path, warmed up with ``--warmup`` calls of each workload and kept for the whole phase. Then
+``--rounds`` rounds: a round times each workload on every path in turn (the order rotating
+from round to round), each timed block right after an untimed fifth of the warm-up. So the
+blocks compared with each other (ddmd via adb, ddmlib via adb, adb forward) are timed seconds
+apart, not minutes: this machine's speed drifts by up to 30 % between minutes, and a hop is a
+difference of two such medians. The sessions close at the end of the phase; then jdb attach. In
+the first phase ddmd's own packet counters check that each name() is one command and one reply.
 
-CPU: for every timed workload of every session, sum_exec_runtime (ns) of each process on the
+CPU: for every timed block of every path, sum_exec_runtime (ns) of each process on the
 path, over its whole process tree: every /proc/PID/task/*/schedstat of the process and of its
 descendants (found by the ppid in /proc/*/stat, so socat's per-connection children count), read
 right before and after; divided by the operations. The target JVM's is printed for reference.
 
 Figures: per round, each path's median latency per workload, its added latency (minus direct's
 median in the same round) and its CPU per operation. Each is printed as the median over rounds
-(min-max). Each ratio is the median of the per-round paired ratios (min-max); a verdict (PASS or
-MISS) is printed only when every round agrees, otherwise "no verdict". Targets, per workload:
-scan path, ddmd's added latency and its CPU per operation each <= 1.1x the trio relay's; adb
-path, ddmd's hop <= 1.5x ddmlib's. Also jdb attach (``jdb -attach`` to its first prompt, direct
-vs ddmd, once each per round) <= 1.5x, and ddmd's RSS < 100 MB while a 1 GiB reply (a fake VM,
-``--fake-vm``) is relayed. Asserts nothing. ``--profile`` then measures ddmd and the trio relay
-once more with the JDI client ``RoundTrip.java`` and, with py-spy installed, samples ddmd.
+(min-max). Each ratio is the median of the per-round paired ratios (min-max); a round whose
+reference figure is not positive (noise can make a hop so) counts as inf when ddmd's is. A
+verdict (PASS or MISS) is printed only when every round agrees, otherwise "no verdict".
+Targets, per workload: scan path, ddmd's added latency and its CPU per operation each <= 1.1x
+the trio relay's; adb path, ddmd's hop <= 1.5x ddmlib's. Also jdb attach (``jdb -attach`` to
+its first prompt, direct vs ddmd, once each per round) <= 1.5x, and ddmd's RSS < 100 MB while a
+1 GiB reply (a fake VM, ``--fake-vm``) is relayed. Asserts nothing. ``--profile`` then measures
+ddmd and the trio relay once more with the JDI client ``RoundTrip.java`` and, with py-spy
+installed, samples ddmd.
 """
 
 from __future__ import annotations
@@ -417,9 +426,11 @@ class FakeAdb:
     serial: str
 
 
-def start_fake_adb(children: Children, serial: str, jvm: Jvm) -> FakeAdb:
-    """A stand-in adb server whose one device has one debuggable pid: ``jvm``."""
-    argv = [sys.executable, str(FAKE_ADB), "--serial", serial, "--pid", f"{jvm.pid}={jvm.port}"]
+def start_fake_adb(children: Children, serial: str, *jvms: Jvm) -> FakeAdb:
+    """A stand-in adb server whose one device has these debuggable pids."""
+    argv = [sys.executable, str(FAKE_ADB), "--serial", serial]
+    for jvm in jvms:
+        argv += ["--pid", f"{jvm.pid}={jvm.port}"]
     child = children.start(f"fake adb {serial}", argv)
     port = int(child.wait_match(r"^listening (\d+)$", 20)[1].group(1))
     return FakeAdb(child, port, serial)
@@ -1051,40 +1062,63 @@ class Bench:
 
 
 def counts(args: argparse.Namespace, workload: str) -> tuple[int, int]:
-    """(warm-up, timed) operations of ``workload`` per session."""
+    """(warm-up per session, timed per block) operations of ``workload``."""
     if workload == "mix":
         return args.mix_warmup, args.mix
     return args.warmup, args.count
 
 
-def measure_route(bench: Bench, route: Route, *, timed: bool = True) -> dict[str, Sample] | None:
-    """One session on ``route``: every workload, warmed up then timed, with the CPU of the
-    process tree of everything on the path. A failure is noted and the path left out."""
+@dataclass
+class Live:
+    """A route's session, open for the whole phase."""
+
+    route: Route
+    client: Jdwp
+
+
+def open_routes(bench: Bench, routes: Sequence[Route]) -> list[Live]:
+    """One session per route, each warmed up with every workload; a route whose session
+    cannot open is noted and left out."""
+    live = []
+    for route in routes:
+        if route.name in bench.failed:
+            continue
+        try:
+            client = open_session(route.port)
+            for workload in WORKLOADS:
+                run_ops(client, workload, counts(bench.args, workload)[0])
+        except (RuntimeError, OSError, Closed, struct.error) as exc:
+            fail(bench, route, exc)
+            continue
+        live.append(Live(route, client))
+    return live
+
+
+def fail(bench: Bench, route: Route, exc: BaseException) -> None:
+    bench.failed[route.name] = f"{exc!r}"
+    print(f"bridge_latency: {route.name}: {exc!r}", file=sys.stderr, flush=True)
+
+
+def measure_block(bench: Bench, live: Live, workload: str) -> Sample | None:
+    """One timed block of ``workload`` on a route's open session, right after a short untimed
+    one (the path is as warm as it was in a session of its own), with the CPU of the process
+    tree of everything on the path. A failure is noted and the path left out."""
+    route = live.route
     if route.name in bench.failed:
         return None
     watch = {label: [child.pid] for label, child in route.middle}
     watch[TARGET] = [route.jvm.pid]
-    out: dict[str, Sample] = {}
+    warm, n = counts(bench.args, workload)
     try:
-        client = open_session(route.port)
-        try:
-            for workload in WORKLOADS:
-                warm, n = counts(bench.args, workload)
-                run_ops(client, workload, warm if timed else max(1, warm // 2))
-                if not timed:
-                    continue
-                before = snapshot(watch)
-                samples, sent = run_ops(client, workload, n)
-                cpu = delta_ns(before, snapshot(watch))
-                out[workload] = Sample(statistics.median(samples), pct(samples, 90), n, sent, cpu)
-        finally:
-            client.close()
+        run_ops(live.client, workload, max(1, warm // 5))
+        before = snapshot(watch)
+        samples, sent = run_ops(live.client, workload, n)
+        cpu = delta_ns(before, snapshot(watch))
     except (RuntimeError, OSError, Closed, struct.error) as exc:
-        bench.failed[route.name] = f"{exc!r}"
-        print(f"bridge_latency: {route.name}: {exc!r}", file=sys.stderr, flush=True)
+        fail(bench, route, exc)
         return None
     bench.figures.middle.setdefault(route.name, [label for label, _ in route.middle])
-    return out if timed else None
+    return Sample(statistics.median(samples), pct(samples, 90), n, sent, cpu)
 
 
 def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | None:
@@ -1105,68 +1139,89 @@ def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | N
     return Route("ddmlib via adb", ddmlib.debugger_port, jvm, middle)
 
 
-def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
-    """One phase: fresh ddmd, ddmlib, relays and stand-in adb servers; ``roles`` says which JVM
-    is free (direct, relays, adb forward), owned by ddmd's scan, by ddmd through adb, by ddmlib.
-    Then ``--rounds`` rounds, each one session per path, the order rotating."""
+def route_names(with_socat: bool, with_ddmlib: bool) -> list[str]:
+    """Every path, in the order of the first round; each has a JVM of its own."""
+    names = ["direct", "trio relay"] + (["socat"] if with_socat else [])
+    names += ["epoll relay via adb", "java relay via adb", "ddmd", "adb forward"]
+    names += ["trio relay via adb", "ddmd via adb"] + (["ddmlib via adb"] if with_ddmlib else [])
+    return names
+
+
+def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm]) -> None:
+    """One phase: fresh ddmd, ddmlib, relays and stand-in adb servers, each path on a JVM of its
+    own (the JVMs' roles rotate from phase to phase). Every path's session is opened once and
+    kept; then ``--rounds`` rounds. A round times each workload on every path in turn, the
+    order rotating from round to round, so a path and the one it is compared with are timed
+    seconds apart (the machine's speed drifts over minutes). Then jdb attach, per round."""
     children, ports, args = bench.children, bench.ports, bench.args
-    free, scan, adb_jvm = roles["free"], roles["scan"], roles["adb"]
+    jvm = {name: jvms[(i + phase - 1) % len(jvms)] for i, name in enumerate(names)}
     with contextlib.ExitStack() as stack:
-        fake_free = start_fake_adb(children, "bench-free", free)
+        via_free = [jvm[n] for n in ("adb forward", "trio relay via adb")]
+        via_free += [jvm[f"{kind} relay via adb"] for kind in ("epoll", "java")]
+        fake_free = start_fake_adb(children, "bench-free", *via_free)
         stack.callback(children.stop, fake_free.child)
-        fake_ddmd = start_fake_adb(children, "bench-ddmd", adb_jvm)
+        fake_ddmd = start_fake_adb(children, "bench-ddmd", jvm["ddmd via adb"])
         stack.callback(children.stop, fake_ddmd.child)
         ddmd = start_ddmd(
             children,
             bench.work,
             f"ddmd-phase{phase}",
-            scan.port,
+            jvm["ddmd"].port,
             ports,
-            adb=(fake_ddmd, adb_jvm),
+            adb=(fake_ddmd, jvm["ddmd via adb"]),
             relay_threads=args.relay_threads,
         )
         stack.callback(stop_ddmd, children, ddmd)
         assert ddmd.adb_port is not None
         relay_port, relay_adb_port, forward_port = ports.take(), ports.take(), ports.take()
-        relay = start_relay(children, relay_port, free.port)
+        relay = start_relay(children, relay_port, jvm["trio relay"].port)
         stack.callback(children.stop, relay)
         relay_adb = start_relay_adb(
-            children, relay_adb_port, fake_free.port, fake_free.serial, free.pid
+            children,
+            relay_adb_port,
+            fake_free.port,
+            fake_free.serial,
+            jvm["trio relay via adb"].pid,
         )
         stack.callback(children.stop, relay_adb)
-        forwarded_by = adb_forward(fake_free, forward_port, free.pid)
-        routes = [
-            Route("direct", free.port, free, []),
-            Route("trio relay", relay_port, free, [("trio relay", relay)]),
-        ]
-        if shutil.which("socat"):
-            socat_port = ports.take()
-            socat = start_socat(children, socat_port, free.port)
-            stack.callback(children.stop, socat)
-            routes.append(Route("socat", socat_port, free, [("socat", socat)]))
+        forwarded_by = adb_forward(fake_free, forward_port, jvm["adb forward"].pid)
         adb_middle = [("fake adb", fake_free.child)]
-        for kind in ("epoll", "java"):  # the floors: bare relays in front of adb forward
-            bare_port = ports.take()
-            bare = start_bare_relay(children, kind, bench.classes, bare_port, forward_port)
+        routes = {
+            "direct": Route("direct", jvm["direct"].port, jvm["direct"], []),
+            "trio relay": Route(
+                "trio relay", relay_port, jvm["trio relay"], [("trio relay", relay)]
+            ),
+        }
+        if "socat" in jvm:
+            socat_port = ports.take()
+            socat = start_socat(children, socat_port, jvm["socat"].port)
+            stack.callback(children.stop, socat)
+            routes["socat"] = Route("socat", socat_port, jvm["socat"], [("socat", socat)])
+        for kind in ("epoll", "java"):  # the floors: bare relays in front of an adb forward
+            name = f"{kind} relay via adb"
+            bare_port, bare_forward = ports.take(), ports.take()
+            adb_forward(fake_free, bare_forward, jvm[name].pid)
+            bare = start_bare_relay(children, kind, bench.classes, bare_port, bare_forward)
             stack.callback(children.stop, bare)
-            middle = [(f"{kind} relay", bare), *adb_middle]
-            routes.append(Route(f"{kind} relay via adb", bare_port, free, middle))
-        routes += [
-            Route("ddmd", ddmd.current_port, scan, [("ddmd", ddmd.child)]),
-            Route("adb forward", forward_port, free, adb_middle),
-            Route(
-                "trio relay via adb", relay_adb_port, free, [("trio relay", relay_adb), *adb_middle]
-            ),
-            Route(
-                "ddmd via adb",
-                ddmd.adb_port,
-                adb_jvm,
-                [("ddmd", ddmd.child), ("fake adb", fake_ddmd.child)],
-            ),
-        ]
-        if "ddmlib" in roles and (ddmlib := try_ddmlib(bench, stack, roles["ddmlib"])):
-            routes.append(ddmlib)
-        owners = ", ".join(f"{r.name} -> {r.jvm.name}" for r in routes)
+            routes[name] = Route(name, bare_port, jvm[name], [(f"{kind} relay", bare), *adb_middle])
+        routes["ddmd"] = Route("ddmd", ddmd.current_port, jvm["ddmd"], [("ddmd", ddmd.child)])
+        routes["adb forward"] = Route("adb forward", forward_port, jvm["adb forward"], adb_middle)
+        routes["trio relay via adb"] = Route(
+            "trio relay via adb",
+            relay_adb_port,
+            jvm["trio relay via adb"],
+            [("trio relay", relay_adb), *adb_middle],
+        )
+        routes["ddmd via adb"] = Route(
+            "ddmd via adb",
+            ddmd.adb_port,
+            jvm["ddmd via adb"],
+            [("ddmd", ddmd.child), ("fake adb", fake_ddmd.child)],
+        )
+        if "ddmlib via adb" in jvm and (ddmlib := try_ddmlib(bench, stack, jvm["ddmlib via adb"])):
+            routes["ddmlib via adb"] = ddmlib
+        order = [routes[n] for n in names if n in routes]
+        owners = ", ".join(f"{r.name} -> {r.jvm.name}" for r in order)
         bench.notes.append(f"phase {phase}: {owners}")
         if phase == 1:
             bench.notes.append(f"adb forward: {forwarded_by}")
@@ -1175,21 +1230,26 @@ def run_phase(bench: Bench, phase: int, roles: dict[str, Jvm]) -> None:
                     bench.notes.append(check_one_packet_per_call(ddmd, port, path))
                 except (RuntimeError, TimeoutError, OSError) as exc:
                     bench.notes.append(f"check ({path}): failed: {exc}")
-        for route in routes:  # one untimed session per path
-            measure_route(bench, route, timed=False)
-            time.sleep(PAUSE)
-        for _ in range(args.rounds):
-            k = len(bench.figures.rounds) % len(routes)  # the order keeps rotating
-            figures: dict[str, dict[str, Sample]] = {}
-            for route in routes[k:] + routes[:k]:
-                if (got := measure_route(bench, route)) is not None:
-                    figures[route.name] = got
-                time.sleep(PAUSE)
-            bench.figures.rounds.append(figures)
+        live = open_routes(bench, order)
+        try:
+            for _ in range(args.rounds):
+                k = len(bench.figures.rounds) % len(live)  # the order keeps rotating
+                figures: dict[str, dict[str, Sample]] = {}
+                for workload in WORKLOADS:
+                    for each in live[k:] + live[:k]:
+                        if (got := measure_block(bench, each, workload)) is not None:
+                            figures.setdefault(each.route.name, {})[workload] = got
+                bench.figures.rounds.append(figures)
+        finally:
+            for each in live:
+                with contextlib.suppress(OSError):
+                    each.client.close()
+        time.sleep(PAUSE)  # the JVMs and ddmd take the next debugger
+        for i in range(args.rounds):
             jdb: dict[str, float] = {}
             if not args.skip_jdb:
-                jdb_order = [("direct", free.port), ("ddmd", ddmd.current_port)]
-                for name, port in jdb_order if k % 2 == 0 else jdb_order[::-1]:
+                jdb_order = [("direct", jvm["direct"].port), ("ddmd", ddmd.current_port)]
+                for name, port in jdb_order if i % 2 == 0 else jdb_order[::-1]:
                     try:
                         jdb[name] = jdb_attach_ms(port)
                     except (RuntimeError, TimeoutError) as exc:
@@ -1203,8 +1263,11 @@ def ratio_of(a: float, b: float) -> float:
 
 
 def paired(a: float, b: float) -> float | None:
-    """a / b; None (the round has no ratio) when b is not positive."""
-    return a / b if b > 0 else None
+    """a / b. When b is not positive (noise: a reference's hop can be), inf if a is positive, a
+    round that counts against ddmd, else None (the round has no ratio)."""
+    if b > 0:
+        return a / b
+    return float("inf") if a > 0 else None
 
 
 def span(values: Sequence[float], fmt: str = ".1f") -> str:
@@ -1410,7 +1473,6 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
     return lines
 
 
-ROLES = ("free", "scan", "adb", "ddmlib")
 QUICK = {
     "phases": 1,
     "rounds": 3,
@@ -1422,10 +1484,10 @@ QUICK = {
 }
 NORMAL = {
     "phases": 4,
-    "rounds": 1,
-    "count": 2000,
+    "rounds": 3,
+    "count": 1000,
     "warmup": 1000,
-    "mix": 100,
+    "mix": 50,
     "mix_warmup": 20,
     "profile_count": 20000,
 }
@@ -1439,13 +1501,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--phases",
         type=int,
-        choices=range(1, len(ROLES) + 1),
-        help="phases, each with the roles of the JVMs rotated (default 4)",
+        choices=range(1, 11),
+        help="phases, each with fresh processes and the JVMs' roles rotated (default 4)",
     )
-    parser.add_argument("--rounds", type=int, help="rounds per phase (default 1)")
-    parser.add_argument("--count", type=int, help="timed name()/allThreads() per session (2000)")
-    parser.add_argument("--warmup", type=int, help="untimed calls of each first (default 1000)")
-    parser.add_argument("--mix", type=int, help="timed IDE-mix stops per session (default 100)")
+    parser.add_argument("--rounds", type=int, help="rounds per phase (default 3)")
+    parser.add_argument(
+        "--count", type=int, help="timed name()/allThreads() per path and round (1000)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        help="untimed calls of each per session (1000; a fifth before each timed block)",
+    )
+    parser.add_argument("--mix", type=int, help="timed IDE-mix stops per path and round (50)")
     parser.add_argument("--mix-warmup", type=int, help="untimed stops first (default 20)")
     parser.add_argument("--skip-big", action="store_true", help="skip the 1 GiB packet")
     parser.add_argument("--skip-jdb", action="store_true", help="skip the jdb attach times")
@@ -1490,8 +1558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(
         f"bridge_latency: JDK {java_version()}, {os.cpu_count()} CPUs; {args.phases} phase(s) x "
-        f"{args.rounds} round(s); per session {args.count} name() and {args.count} allThreads() "
-        f"(+{args.warmup} warm-up each), {args.mix} IDE-mix stops (+{args.mix_warmup})"
+        f"{args.rounds} round(s); per path and round {args.count} name() and {args.count} "
+        f"allThreads(), {args.mix} IDE-mix stops (warm-up: {args.warmup} calls and "
+        f"{args.mix_warmup} stops per session, a fifth before each block)"
         + (" [--quick: rough figures]" if args.quick else ""),
         flush=True,
     )
@@ -1505,8 +1574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         classes = work / "classes"
         skipped = compile_java(classes, ddmlib_jars)
         try:
-            roles = ROLES if skipped is None else ROLES[:-1]
-            jvms = start_jvms(children, len(roles), ports, classes)
+            names = route_names(shutil.which("socat") is not None, skipped is None)
+            jvms = start_jvms(children, len(names), ports, classes)
             rt = RoundTripClient(children, classes) if args.profile else None
             bench = Bench(children, ports, work, classes, rt, args, ddmlib_jars, skipped)
             bench.notes.append(
@@ -1514,8 +1583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + ": same program and flags"
             )
             for phase in range(args.phases):
-                rotated = {role: jvms[(i + phase) % len(jvms)] for i, role in enumerate(roles)}
-                run_phase(bench, phase + 1, rotated)
+                run_phase(bench, phase + 1, names, jvms)
             if not args.skip_big:
                 big = big_packet_phase(children, work, ports)
             for line in report(bench, big):
