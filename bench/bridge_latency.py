@@ -1427,6 +1427,11 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
             info.append(
                 f"  adb, {LABELS[w]}: hop bare epoll relay / ddmlib {span(bare_floor, '.2f')}x"
             )
+        to_floor = per_round(
+            lambda r, w=w: paired(hop(r, "ddmd via adb", w), hop(r, "epoll relay via adb", w))
+        )
+        if to_floor:
+            info.append(f"  adb, {LABELS[w]}: hop ddmd / bare epoll relay {span(to_floor, '.2f')}x")
         java_floor = per_round(
             lambda r, w=w: paired(hop(r, "epoll relay via adb", w), hop(r, "java relay via adb", w))
         )
