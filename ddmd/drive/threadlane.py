@@ -14,8 +14,8 @@ of the trio side stay as they were, and a hand-over (about 100 us here) is paid 
 
 One thread, not one per socket: a reply wakes the thread that has just passed the command on,
 where a second thread, asleep since the last reply, costs more to wake. Behind a stand-in adb
-server two threads per VM measured slower than the event loop; one thread measured as fast as
-ddmlib's relay (docs/design.md, "The relay lane").
+server two threads per VM measured slower than the event loop, one thread faster
+(docs/design.md, "The relay lane").
 """
 
 from __future__ import annotations
