@@ -251,8 +251,11 @@ async def test_plain_jdwp_vm_is_not_ddm(tmp_path) -> None:
             assert response.status_code == 501
             assert len(h.events("vm.not_ddm", vm=vm_id(port))) == 1
             # After the refused HELO no more DDM: the Version command, then the thread list's
-            # IDSizes (over JDWP, issue 20), which this VM refuses: no thread list.
-            assert peer.ddm_types() == ["HELO", "1/1", "1/7"]
+            # IDSizes (over JDWP, issue 20), which this VM refuses: no thread list. The next
+            # poll asks IDSizes again, which a slow run may see before this line.
+            types = peer.ddm_types()
+            assert types[:3] == ["HELO", "1/1", "1/7"]
+            assert set(types[3:]) <= {"1/7"}
 
 
 async def test_graceful_stop_closes_vm_connections(tmp_path) -> None:
