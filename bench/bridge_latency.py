@@ -1387,59 +1387,55 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
         row(f"adb, {LABELS[w]}: hop ddmd / ddmlib <= {HOP_TARGET}", hops, HOP_TARGET, detail)
     info: list[str] = []
     for w in WORKLOADS:
-        own = per_round(
-            lambda r, w=w: (
-                r["ddmd via adb"][w].cpu_ns["ddmd"] / r["ddmlib via adb"][w].cpu_ns["ddmlib JVM"]
-            )
-        )
-        relay_hop = per_round(lambda r, w=w: hop(r, "trio relay via adb", w))
-        if own:
-            info.append(f"  adb, {LABELS[w]}: own CPU/op ddmd / ddmlib's JVM {span(own, '.2f')}x")
-        if relay_hop:
-            info.append(
-                f"  adb, {LABELS[w]}: a plain trio relay's hop on the adb path {span(relay_hop)} us"
-            )
         # Is ddmlib's hop within a Python relay's reach at all, and how far is ddmd from one?
-        floor = per_round(
-            lambda r, w=w: paired(hop(r, "trio relay via adb", w), hop(r, "ddmlib via adb", w))
-        )
-        if floor:
-            info.append(f"  adb, {LABELS[w]}: hop trio relay / ddmlib {span(floor, '.2f')}x")
-        at_floor = per_round(
-            lambda r, w=w: paired(added(r, "ddmd via adb", w), added(r, "trio relay via adb", w))
-        )
-        if at_floor:
-            info.append(
-                f"  adb, {LABELS[w]}: added latency ddmd via adb / trio relay via adb"
-                f" {span(at_floor, '.2f')}x"
+        # (what, per-round figure, unit): ratios of hops or added latencies, and single hops.
+        refs: list[tuple[str, Callable[[dict[str, dict[str, Sample]]], float | None], str]] = [
+            (
+                "own CPU/op ddmd / ddmlib's JVM",
+                lambda r, w=w: (
+                    r["ddmd via adb"][w].cpu_ns["ddmd"]
+                    / r["ddmlib via adb"][w].cpu_ns["ddmlib JVM"]
+                ),
+                "x",
+            ),
+            (
+                "a plain trio relay's hop on the adb path",
+                lambda r, w=w: hop(r, "trio relay via adb", w),
+                " us",
+            ),
+            (
+                "hop trio relay / ddmlib",
+                lambda r, w=w: paired(hop(r, "trio relay via adb", w), hop(r, "ddmlib via adb", w)),
+                "x",
+            ),
+            (
+                "added latency ddmd via adb / trio relay via adb",
+                lambda r, w=w: paired(
+                    added(r, "ddmd via adb", w), added(r, "trio relay via adb", w)
+                ),
+                "x",
+            ),
+        ]
+        refs += [
+            (
+                f"a bare {kind} relay's hop (one thread, no logic)",
+                lambda r, w=w, k=kind: hop(r, f"{k} relay via adb", w),
+                " us",
             )
-        for kind in ("epoll", "java"):
-            bare = per_round(lambda r, w=w, k=kind: hop(r, f"{k} relay via adb", w))
-            if bare:
-                info.append(
-                    f"  adb, {LABELS[w]}: a bare {kind} relay's hop (one thread, no logic)"
-                    f" {span(bare)} us"
-                )
-        bare_floor = per_round(
-            lambda r, w=w: paired(hop(r, "epoll relay via adb", w), hop(r, "ddmlib via adb", w))
-        )
-        if bare_floor:
-            info.append(
-                f"  adb, {LABELS[w]}: hop bare epoll relay / ddmlib {span(bare_floor, '.2f')}x"
+            for kind in ("epoll", "java")
+        ]
+        for what, a, b in (
+            ("bare epoll relay / ddmlib", "epoll relay via adb", "ddmlib via adb"),
+            ("ddmd / bare epoll relay", "ddmd via adb", "epoll relay via adb"),
+            ("bare epoll relay / bare java relay", "epoll relay via adb", "java relay via adb"),
+        ):
+            refs.append(
+                (f"hop {what}", lambda r, w=w, a=a, b=b: paired(hop(r, a, w), hop(r, b, w)), "x")
             )
-        to_floor = per_round(
-            lambda r, w=w: paired(hop(r, "ddmd via adb", w), hop(r, "epoll relay via adb", w))
-        )
-        if to_floor:
-            info.append(f"  adb, {LABELS[w]}: hop ddmd / bare epoll relay {span(to_floor, '.2f')}x")
-        java_floor = per_round(
-            lambda r, w=w: paired(hop(r, "epoll relay via adb", w), hop(r, "java relay via adb", w))
-        )
-        if java_floor:
-            info.append(
-                f"  adb, {LABELS[w]}: hop bare epoll relay / bare java relay"
-                f" {span(java_floor, '.2f')}x"
-            )
+        for what, fn, unit in refs:
+            if values := per_round(fn):
+                shown = span(values, ".2f") if unit == "x" else span(values)
+                info.append(f"  adb, {LABELS[w]}: {what} {shown}{unit}")
         socat = per_round(lambda r, w=w: paired(added(r, "socat", w), added(r, "trio relay", w)))
         if socat:
             info.append(
