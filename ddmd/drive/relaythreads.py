@@ -122,8 +122,12 @@ class Poller:
     def wait(self) -> list[int] | None:
         """Block until sockets of the set are readable (or closed, or failed): their
         descriptors; None once woken."""
+        poll, wake_fd = self._epoll.poll, self._wake_r
         while not self._woken:
-            ready = [fd for fd, _ in self._epoll.poll(POLL_S) if fd != self._wake_r]
+            ready = []
+            for fd, _ in poll(POLL_S):
+                if fd != wake_fd:
+                    ready.append(fd)
             if ready and not self._woken:
                 return ready
         return None

@@ -88,6 +88,8 @@ class ThreadLane:
         self.applies = True  # [debugger] relay_threads
         self._poller: Poller | None = None  # while the thread runs
         self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
+        self._relay_vm: Callable[[bytes], SendToDebugger | None]
+        self._relay_debugger: Callable[[int, bytes], SendToVm | None]
 
     def _act_here(self, commands: list[Command]) -> list[Command]:
         """Carry out, in the relay thread, the commands that need no event loop (packets that
@@ -130,6 +132,9 @@ class ThreadLane:
         if fd < 0:
             raise OSError(errno.EBADF, "the socket is closed")
         poller.add(fd)
+        # The session's relay lane, bound once per run of the thread (it is asked per read).
+        self._relay_vm = self._session.relay_vm
+        self._relay_debugger = self._session.relay_debugger
         self._poller = poller
         lock, clock = step_lock(), trio.lowlevel.current_clock()
         try:
@@ -180,37 +185,52 @@ class ThreadLane:
         debugger_rest: DebuggerRest,
     ) -> str | None:
         vm_fd = vm_sock.fileno()
+        wait, members, debuggers = poller.wait, self._members, self._debuggers
+        vm_read, debugger_read = self._vm_read, self._debugger_read
         while True:
-            ready = poller.wait()
+            ready = wait()
             if ready is None:
                 return None
+            # Whether the event loop ran meanwhile (a hand-over): debuggers may have left.
+            # Otherwise that is seen under the lock of the read itself, one lock per read.
+            handed_over = False
             for fd in ready:
                 if fd == vm_fd:
                     with lock:
                         try:
-                            step = self._vm_read(vm_sock, clock)
+                            step = vm_read(vm_sock, clock)
                         except _ProtocolError as exc:
                             return str(exc)
+                        if step is None and not debuggers:
+                            return None
                     if step is not None:
+                        handed_over = True
                         reason = trio.from_thread.run(vm_rest, *step)
                         if reason is not None:
                             return reason
                     continue
                 with lock:
-                    member = self._members.get(fd)
+                    member = members.get(fd)
                     if member is None:
+                        handed_over = True
                         continue  # handed back meanwhile
-                    handed = self._debugger_read(member, clock)
+                    handed = debugger_read(member, clock)
+                    if handed is None and not debuggers:
+                        return None
+                if handed is None:
+                    continue
+                handed_over = True
                 if handed is _ENDED:
                     trio.from_thread.run_sync(member.done.set)  # its reader stops
-                elif handed is not None:
+                else:
                     trio.from_thread.run(self._debugger_rest, member, debugger_rest, *handed)
                 if member.stop or member.error is not None:
                     with lock:  # out of the set now: a socket at its end stays "readable"
                         self._forget(poller, fd, member)
-            with lock:
-                if not self._debuggers:
-                    return None
+            if handed_over:
+                with lock:
+                    if not debuggers:
+                        return None
 
     # ------------------------------------------------------------------ one read each
 
@@ -227,10 +247,16 @@ class ThreadLane:
         counts = self.counts
         counts.packets_in += 1
         counts.bytes_in += len(data)
-        relayed = self._session.relay_vm(data)
+        relayed = self._relay_vm(data)
         if relayed is not None:
             to = self._debuggers.get(relayed.debugger)  # gone: dropped, as in the event loop
-            return self._finish(self._send(to.outbox if to and not to.gone else None, relayed))
+            if to is None or to.gone:
+                return self._finish([])
+            written = to.outbox.send_now(relayed.data)
+            if written and not self._dirty:
+                counts.relayed += 1  # the common case: written whole, nothing queued
+                return None
+            return self._finish(self._unsent(to.outbox, relayed, written))
         try:
             commands = self._session.handle(VmBytes(data), clock.current_time())
         except RemoteProtocolError as exc:
@@ -256,21 +282,29 @@ class ThreadLane:
             return None
         if not data:
             return b"", []
-        relayed = self._session.relay_debugger(debugger.number, data)
+        relayed = self._relay_debugger(debugger.number, data)
         if relayed is not None:
-            return self._finish(self._send(self._vm_outbox(), relayed))
+            outbox = self._vm_outbox()
+            if outbox is None:
+                return self._finish([])
+            written = outbox.send_now(relayed.data)
+            if written and not self._dirty:
+                self.counts.relayed += 1  # the common case: written whole, nothing queued
+                return None
+            return self._finish(self._unsent(outbox, relayed, written))
         item = DebuggerBytes(debugger.number, data)
         return self._finish(self._session.handle(item, clock.current_time()))
 
-    def _send(self, outbox: Outbox | None, relayed: SendToDebugger | SendToVm) -> list[Command]:
-        """The relay lane's packet, written at once when ``outbox`` is idle; what is left to
-        carry out (the packet itself, when the outbox is busy: queued behind the rest)."""
-        if outbox is not None:
-            written = outbox.send_now(relayed.data)
-            if written is None:
-                return [relayed]
-            if not written:
-                self._dirty.append(outbox)  # the rest is queued
+    def _unsent(
+        self, outbox: Outbox, relayed: SendToDebugger | SendToVm, written: bool | None
+    ) -> list[Command]:
+        """After ``outbox.send_now(relayed.data)`` said ``written``: what is left to carry out.
+        None (the outbox was busy): the packet itself, queued behind the rest; False (the
+        socket took part of it): nothing, the outbox is flushed with the others queued."""
+        if written is None:
+            return [relayed]
+        if not written:
+            self._dirty.append(outbox)  # the rest is queued
         return []
 
     def _finish(self, commands: list[Command]) -> tuple[bytes | None, list[Command]] | None:

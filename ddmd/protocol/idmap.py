@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -71,6 +71,9 @@ class IdRewriter:
         self._space = id_space
         self._next = first_id
         self._by_id: dict[int, Pending] = {}
+        #: The entry for a VM-side id, without removing it (the dict's own ``get``: the relay
+        #: lane asks once per reply).
+        self.get: Callable[[int], Pending | None] = self._by_id.get
         self._by_origin: dict[Hashable, dict[int, None]] = {}  # insertion-ordered sets
         # (deadline, sequence, entry); an entry is stale once _by_id no longer holds it.
         self._heap: list[tuple[float, int, Pending]] = []
@@ -84,10 +87,6 @@ class IdRewriter:
 
     def __contains__(self, vm_id: object) -> bool:
         return vm_id in self._by_id
-
-    def get(self, vm_id: int) -> Pending | None:
-        """The entry for ``vm_id`` without removing it."""
-        return self._by_id.get(vm_id)
 
     def outstanding(self, origin: Hashable) -> int:
         """How many commands of ``origin`` await a reply."""
@@ -157,10 +156,6 @@ class IdRewriter:
             ids = self._by_origin[origin] = {}
         ids[vm_id] = None
         return vm_id
-
-    def forget(self, entry: Pending) -> None:
-        """Remove ``entry``, just looked up with ``get`` (its reply is being passed on)."""
-        self._forget(entry)
 
     def resolve(self, vm_id: int) -> Pending | None:
         """A reply with ``vm_id`` arrived: pop and return its entry (None if unknown: the
@@ -242,6 +237,9 @@ class IdRewriter:
             self._timed -= 1
             if in_heap:
                 self._maybe_compact()
+
+    #: Remove an entry just looked up with ``get`` (its reply is being passed on).
+    forget = _forget
 
     def _prune(self) -> None:
         heap = self._heap

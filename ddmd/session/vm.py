@@ -127,6 +127,18 @@ class VmSession:
             max_debuggers=s.max_debuggers,
             ddm_timeout=s.ddm_request,
         )
+        # The relay lane (the driver calls these per packet first; the router's functions
+        # themselves, bound once, as the lane pays for every call):
+        # - relay_vm(data): bytes from the VM, when they are one whole reply to a debugger that
+        #   nothing here reads: the one command ``handle(VmBytes(data), now)`` would return,
+        #   made without the general path's cost; otherwise None and nothing changed.
+        # - relay_debugger(number, data): bytes from a debugger, when they are one whole
+        #   command no rule answers or reads: the one command ``handle(DebuggerBytes(number,
+        #   data), now)`` would return; otherwise None and nothing changed.
+        self.relay_vm: Callable[[bytes], SendToDebugger | None] = self.router.relay_from_vm
+        self.relay_debugger: Callable[[int, bytes], SendToVm | None] = (
+            self.router.relay_from_debugger
+        )
         # The VM's own HELO and FEAT answers, for consumers that ask again (ddmshare.py).
         self.hello: ddm.HeloReply | None = None
         self.feat: ddm.FeatReply | None = None
@@ -247,19 +259,6 @@ class VmSession:
         return self.profiling.profiling_offer()
 
     # ------------------------------------------------------------------ the relay lane
-
-    def relay_vm(self, data: bytes) -> SendToDebugger | None:
-        """Bytes from the VM, when they are one whole reply to a debugger that nothing here
-        reads: the one command ``handle(VmBytes(data), now)`` would return, made without the
-        general path's cost (the driver calls this per packet first); otherwise None and
-        nothing changed, and the driver calls ``handle``."""
-        return self.router.relay_from_vm(data)
-
-    def relay_debugger(self, debugger: int, data: bytes) -> SendToVm | None:
-        """Bytes from a debugger, when they are one whole command no rule answers or reads:
-        the one command ``handle(DebuggerBytes(debugger, data), now)`` would return; otherwise
-        None and nothing changed."""
-        return self.router.relay_from_debugger(debugger, data)
 
     def _goto(self, what: str) -> None:
         try:

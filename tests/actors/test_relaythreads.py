@@ -189,6 +189,9 @@ class _Session:
     def relay_debugger(self, number: int, data: bytes) -> SendToVm | None:
         return SendToVm(data) if data.startswith(b"F") else None
 
+    def relay_vm(self, data: bytes) -> None:
+        return None  # this test's VM sends nothing
+
     def handle(self, item: DebuggerBytes, now: float) -> list[Command]:
         return [Changed(renamed=item.data == b"S1")]
 
@@ -299,6 +302,9 @@ def test_the_thread_does_what_needs_no_event_loop_and_hands_on_the_rest_in_order
 
 class _BrokenVmSession:
     def relay_vm(self, data: bytes) -> None:
+        return None
+
+    def relay_debugger(self, number: int, data: bytes) -> None:
         return None
 
     def handle(self, item: object, now: float) -> list[Command]:
