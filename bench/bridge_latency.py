@@ -1,7 +1,7 @@
 """JDWP bridge benchmark: latency and CPU per operation of three workloads, jdb attach, 1 GiB.
 
 Run: ``.venv/bin/python bench/bridge_latency.py [--quick] [--phases 4] [--rounds 3]
-[--count 1000] [--mix 50] [--skip-big] [--skip-jdb] [--relay-threads true|false]
+[--count 1000] [--mix 50] [--slices 20] [--skip-big] [--skip-jdb] [--relay-threads true|false]
 [--profile]``
 
 Everything runs as separate processes on 127.0.0.1; the Java side (``bench/java/``) is compiled
@@ -42,14 +42,19 @@ rotated from phase to phase; the adb forward, the trio relay via adb and the bar
 one stand-in server, ddmd and ddmlib have one each (each opens every pid its server lists).
 Each phase starts fresh ddmd, ddmlib, relays and stand-in servers and opens one session per
 path, warmed up with ``--warmup`` calls of each workload and kept for the whole phase. Then
-``--rounds`` rounds: a round times each workload on every path in turn (the order rotating
-from round to round), each timed block right after an untimed fifth of the warm-up. So the
-blocks compared with each other (ddmd via adb, ddmlib via adb, adb forward) are timed seconds
-apart, not minutes: this machine's speed drifts by up to 30 % between minutes, and a hop is a
-difference of two such medians. The sessions close at the end of the phase; then jdb attach. In
-the first phase ddmd's own packet counters check that each name() is one command and one reply.
+``--rounds`` rounds: a round times each workload on every path (the order rotating from round
+to round). Each path first runs an untimed fifth of the warm-up; then its ``--count`` calls (or
+``--mix`` stops) are cut into ``--slices`` slices, and slice after slice every path runs its
+share, the order reversed every other slice. A path's figure for the round is over all its
+slices. So the paths compared with each other (ddmd via adb, ddmlib via adb, adb forward) are
+timed within the same second or two, slice by slice, not one block after the other: this
+machine's speed drifts by up to 30 % between minutes, and a hop is a difference of two
+medians. It is also how an IDE uses a debugger: bursts of a few dozen commands at a stop, other
+processes running in between (``--slices 1`` times one whole block per path instead, one path
+after the other). The sessions close at the end of the phase; then jdb attach. In the first
+phase ddmd's own packet counters check that each name() is one command and one reply.
 
-CPU: for every timed block of every path, sum_exec_runtime (ns) of each process on the
+CPU: for every timed slice of every path, sum_exec_runtime (ns) of each process on the
 path, over its whole process tree: every /proc/PID/task/*/schedstat of the process and of its
 descendants (found by the ppid in /proc/*/stat, so socat's per-connection children count), read
 right before and after; divided by the operations. The target JVM's is printed for reference.
@@ -1099,26 +1104,65 @@ def fail(bench: Bench, route: Route, exc: BaseException) -> None:
     print(f"bridge_latency: {route.name}: {exc!r}", file=sys.stderr, flush=True)
 
 
-def measure_block(bench: Bench, live: Live, workload: str) -> Sample | None:
-    """One timed block of ``workload`` on a route's open session, right after a short untimed
-    one (the path is as warm as it was in a session of its own), with the CPU of the process
-    tree of everything on the path. A failure is noted and the path left out."""
-    route = live.route
-    if route.name in bench.failed:
-        return None
-    watch = {label: [child.pid] for label, child in route.middle}
-    watch[TARGET] = [route.jvm.pid]
+@dataclass
+class _Block:
+    """What one path's slices of a workload add up to in one round."""
+
+    samples: list[float] = field(default_factory=list)
+    sent: int = 0
+    cpu: dict[str, int] = field(default_factory=dict)
+
+
+def slice_sizes(n: int, slices: int) -> list[int]:
+    """``n`` operations cut into ``slices`` slices (fewer when ``n`` is smaller), as even as
+    can be."""
+    k = max(1, min(slices, n))
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+def measure_round(bench: Bench, live: Sequence[Live], workload: str) -> dict[str, Sample]:
+    """One round of ``workload`` on every live path, in ``--slices`` interleaved slices: each
+    path first runs an untimed fifth of the warm-up, then slice after slice every path runs its
+    share of the timed operations, the order reversed every other slice. A path's figures are
+    over all its slices (median and p90 of every operation, CPU of the process tree of
+    everything on the path, read around each slice). So the paths compared with each other are
+    timed within the same second or so, not one block after the other. A failure is noted and
+    the path left out."""
     warm, n = counts(bench.args, workload)
-    try:
-        run_ops(live.client, workload, max(1, warm // 5))
-        before = snapshot(watch)
-        samples, sent = run_ops(live.client, workload, n)
-        cpu = delta_ns(before, snapshot(watch))
-    except (RuntimeError, OSError, Closed, struct.error) as exc:
-        fail(bench, route, exc)
-        return None
-    bench.figures.middle.setdefault(route.name, [label for label, _ in route.middle])
-    return Sample(statistics.median(samples), pct(samples, 90), n, sent, cpu)
+    watch: dict[str, dict[str, list[int]]] = {}
+    blocks: dict[str, _Block] = {}
+    for each in live:
+        route = each.route
+        watch[route.name] = {label: [child.pid] for label, child in route.middle}
+        watch[route.name][TARGET] = [route.jvm.pid]
+        blocks[route.name] = _Block()
+        bench.figures.middle.setdefault(route.name, [label for label, _ in route.middle])
+    order = list(live)
+    for i, size in enumerate([0, *slice_sizes(n, bench.args.slices)]):
+        for each in order if i % 2 else order[::-1]:
+            name = each.route.name
+            if name in bench.failed:
+                continue
+            try:
+                if not size:  # the lead-in: the path is as warm as in a session of its own
+                    run_ops(each.client, workload, max(1, warm // 5))
+                    continue
+                before = snapshot(watch[name])
+                samples, sent = run_ops(each.client, workload, size)
+                cpu = delta_ns(before, snapshot(watch[name]))
+            except (RuntimeError, OSError, Closed, struct.error) as exc:
+                fail(bench, each.route, exc)
+                continue
+            block = blocks[name]
+            block.samples += samples
+            block.sent += sent
+            for label, ns in cpu.items():
+                block.cpu[label] = block.cpu.get(label, 0) + ns
+    return {
+        name: Sample(statistics.median(b.samples), pct(b.samples, 90), n, b.sent, b.cpu)
+        for name, b in blocks.items()
+        if name not in bench.failed and len(b.samples) == n
+    }
 
 
 def try_ddmlib(bench: Bench, stack: contextlib.ExitStack, jvm: Jvm) -> Route | None:
@@ -1236,9 +1280,8 @@ def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm
                 k = len(bench.figures.rounds) % len(live)  # the order keeps rotating
                 figures: dict[str, dict[str, Sample]] = {}
                 for workload in WORKLOADS:
-                    for each in live[k:] + live[:k]:
-                        if (got := measure_block(bench, each, workload)) is not None:
-                            figures.setdefault(each.route.name, {})[workload] = got
+                    for name, got in measure_round(bench, live[k:] + live[:k], workload).items():
+                        figures.setdefault(name, {})[workload] = got
                 bench.figures.rounds.append(figures)
         finally:
             for each in live:
@@ -1481,6 +1524,7 @@ QUICK = {
     "warmup": 200,
     "mix": 15,
     "mix_warmup": 5,
+    "slices": 10,
     "profile_count": 3000,
 }
 NORMAL = {
@@ -1490,6 +1534,7 @@ NORMAL = {
     "warmup": 1000,
     "mix": 50,
     "mix_warmup": 20,
+    "slices": 20,
     "profile_count": 20000,
 }
 
@@ -1515,6 +1560,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="untimed calls of each per session (1000; a fifth before each timed block)",
     )
     parser.add_argument("--mix", type=int, help="timed IDE-mix stops per path and round (50)")
+    parser.add_argument(
+        "--slices",
+        type=int,
+        help="interleaved slices a round's timed operations are cut into (default 20)",
+    )
     parser.add_argument("--mix-warmup", type=int, help="untimed stops first (default 20)")
     parser.add_argument("--skip-big", action="store_true", help="skip the 1 GiB packet")
     parser.add_argument("--skip-jdb", action="store_true", help="skip the jdb attach times")
@@ -1552,6 +1602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("at least three rounds in all (--phases x --rounds)")
     if min(args.warmup, args.mix_warmup) < 1 or args.count < 10 or args.mix < 3:
         parser.error("--warmup, --mix-warmup >= 1, --count >= 10, --mix >= 3")
+    if args.slices < 1:
+        parser.error("--slices >= 1 (1: each path's block in one piece, one path after another)")
 
     missing = [tool for tool in ("java", "javac", "jdb") if shutil.which(tool) is None]
     if missing:
