@@ -16,7 +16,7 @@ Frames of the stopped thread, ``this`` object's fields (a static frame: the thre
 in), the locals with values (VariableTable + StackFrame.GetValues), one ClassesBySignature,
 VM.Resume (17 commands on JDK 17).
 
-Paths, all measured in every round, the order rotating from round to round:
+Paths, all measured in every round:
 
 - direct:             client -> the JVM's JDWP port;
 - trio relay:         client -> a plain trio byte relay (this script, ``--relay``) -> the JVM;
@@ -42,17 +42,17 @@ rotated from phase to phase; the adb forward, the trio relay via adb and the bar
 one stand-in server, ddmd and ddmlib have one each (each opens every pid its server lists).
 Each phase starts fresh ddmd, ddmlib, relays and stand-in servers and opens one session per
 path, warmed up with ``--warmup`` calls of each workload and kept for the whole phase. Then
-``--rounds`` rounds: a round times each workload on every path (the order rotating from round
-to round). Each path first runs an untimed fifth of the warm-up; then its ``--count`` calls (or
-``--mix`` stops) are cut into ``--slices`` slices, and slice after slice every path runs its
-share, the order reversed every other slice. A path's figure for the round is over all its
-slices. So the paths compared with each other (ddmd via adb, ddmlib via adb, adb forward) are
-timed within the same second or two, slice by slice, not one block after the other: this
-machine's speed drifts by up to 30 % between minutes, and a hop is a difference of two
-medians. It is also how an IDE uses a debugger: bursts of a few dozen commands at a stop, other
-processes running in between (``--slices 1`` times one whole block per path instead, one path
-after the other). The sessions close at the end of the phase; then jdb attach. In the first
-phase ddmd's own packet counters check that each name() is one command and one reply.
+``--rounds`` rounds: a round times each workload on every path. Each path first runs an untimed
+fifth of the warm-up; then its ``--count`` calls (or ``--mix`` stops) are cut into ``--slices``
+slices, and slice after slice every path runs its share, in an order shuffled anew for every
+slice. A path's figure for the round is over all its slices. So the paths compared with each
+other (ddmd via adb, ddmlib via adb, adb forward) are timed within the same second or two,
+slice by slice, not one block after the other: this machine's speed drifts by up to 30 %
+between minutes, and a hop is a difference of two medians. It is also closer to how an IDE uses
+a debugger: bursts of a few dozen commands at a stop, other processes running in between
+(``--slices 1`` times one whole block per path instead, one path after the other). The
+sessions close at the end of the phase; then jdb attach. In the first phase ddmd's own packet
+counters check that each name() is one command and one reply.
 
 CPU: for every timed slice of every path, sum_exec_runtime (ns) of each process on the
 path, over its whole process tree: every /proc/PID/task/*/schedstat of the process and of its
@@ -1123,7 +1123,8 @@ def slice_sizes(n: int, slices: int) -> list[int]:
 def measure_round(bench: Bench, live: Sequence[Live], workload: str) -> dict[str, Sample]:
     """One round of ``workload`` on every live path, in ``--slices`` interleaved slices: each
     path first runs an untimed fifth of the warm-up, then slice after slice every path runs its
-    share of the timed operations, the order reversed every other slice. A path's figures are
+    share of the timed operations, in an order shuffled anew for every slice (seeded: a run can
+    be repeated). A path's figures are
     over all its slices (median and p90 of every operation, CPU of the process tree of
     everything on the path, read around each slice). So the paths compared with each other are
     timed within the same second or so, not one block after the other. A failure is noted and
@@ -1137,9 +1138,11 @@ def measure_round(bench: Bench, live: Sequence[Live], workload: str) -> dict[str
         watch[route.name][TARGET] = [route.jvm.pid]
         blocks[route.name] = _Block()
         bench.figures.middle.setdefault(route.name, [label for label, _ in route.middle])
-    order = list(live)
-    for i, size in enumerate([0, *slice_sizes(n, bench.args.slices)]):
-        for each in order if i % 2 else order[::-1]:
+    shuffle = random.Random(f"{len(bench.figures.rounds)} {workload}").shuffle
+    for size in [0, *slice_sizes(n, bench.args.slices)]:
+        order = list(live)
+        shuffle(order)  # no path always runs right after the same other path
+        for each in order:
             name = each.route.name
             if name in bench.failed:
                 continue
@@ -1194,9 +1197,9 @@ def route_names(with_socat: bool, with_ddmlib: bool) -> list[str]:
 def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm]) -> None:
     """One phase: fresh ddmd, ddmlib, relays and stand-in adb servers, each path on a JVM of its
     own (the JVMs' roles rotate from phase to phase). Every path's session is opened once and
-    kept; then ``--rounds`` rounds. A round times each workload on every path in turn, the
-    order rotating from round to round, so a path and the one it is compared with are timed
-    seconds apart (the machine's speed drifts over minutes). Then jdb attach, per round."""
+    kept; then ``--rounds`` rounds. A round times each workload on every path, in interleaved
+    slices (``measure_round``), so a path and the one it is compared with are timed within a
+    second or two (the machine's speed drifts over minutes). Then jdb attach, per round."""
     children, ports, args = bench.children, bench.ports, bench.args
     jvm = {name: jvms[(i + phase - 1) % len(jvms)] for i, name in enumerate(names)}
     with contextlib.ExitStack() as stack:
@@ -1277,10 +1280,9 @@ def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm
         live = open_routes(bench, order)
         try:
             for _ in range(args.rounds):
-                k = len(bench.figures.rounds) % len(live)  # the order keeps rotating
                 figures: dict[str, dict[str, Sample]] = {}
                 for workload in WORKLOADS:
-                    for name, got in measure_round(bench, live[k:] + live[:k], workload).items():
+                    for name, got in measure_round(bench, live, workload).items():
                         figures.setdefault(name, {})[workload] = got
                 bench.figures.rounds.append(figures)
         finally:
