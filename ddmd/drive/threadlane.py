@@ -37,6 +37,7 @@ from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import DebuggerBytes, VmBytes
 
 if TYPE_CHECKING:
+    from ddmd.session.router import Router
     from ddmd.session.vm import VmSession
 
 __all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of"]
@@ -88,8 +89,9 @@ class ThreadLane:
         self.applies = True  # [debugger] relay_threads
         self._poller: Poller | None = None  # while the thread runs
         self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
-        self._relay_vm: Callable[[bytes], SendToDebugger | None]
-        self._relay_debugger: Callable[[int, bytes], SendToVm | None]
+        self._relay_vm: Callable[[bytes, Callable[[int, bytes], object]], SendToDebugger | None]
+        self._relay_debugger: Callable[[int, bytes, Callable[[bytes], object]], SendToVm | None]
+        self._router: Router
 
     def _act_here(self, commands: list[Command]) -> list[Command]:
         """Carry out, in the relay thread, the commands that need no event loop (packets that
@@ -135,6 +137,7 @@ class ThreadLane:
         # The session's relay lane, bound once per run of the thread (it is asked per read).
         self._relay_vm = self._session.relay_vm
         self._relay_debugger = self._session.relay_debugger
+        self._router = self._session.router
         self._poller = poller
         lock, clock = step_lock(), trio.lowlevel.current_clock()
         try:
@@ -247,16 +250,16 @@ class ThreadLane:
         counts = self.counts
         counts.packets_in += 1
         counts.bytes_in += len(data)
-        relayed = self._relay_vm(data)
-        if relayed is not None:
-            to = self._debuggers.get(relayed.debugger)  # gone: dropped, as in the event loop
-            if to is None or to.gone:
-                return self._finish([])
-            written = to.outbox.send_now(relayed.data)
+        relayed = self._relay_vm(data, self._send_to_debugger)
+        if relayed is not None:  # written (or not) by _send_to_debugger already
+            written = self._router.lane_sent
             if written and not self._dirty:
                 counts.relayed += 1  # the common case: written whole, nothing queued
                 return None
-            return self._finish(self._unsent(to.outbox, relayed, written))
+            if written is _GONE:
+                return self._finish([])  # dropped, as in the event loop
+            outbox = self._debuggers[relayed.debugger].outbox
+            return self._finish(self._unsent(outbox, relayed, written))
         try:
             commands = self._session.handle(VmBytes(data), clock.current_time())
         except RemoteProtocolError as exc:
@@ -282,25 +285,34 @@ class ThreadLane:
             return None
         if not data:
             return b"", []
-        relayed = self._relay_debugger(debugger.number, data)
-        if relayed is not None:
-            outbox = self._vm_outbox()
-            if outbox is None:
-                return self._finish([])
-            written = outbox.send_now(relayed.data)
+        outbox = self._vm_outbox()
+        send = _gone if outbox is None else outbox.send_now
+        relayed = self._relay_debugger(debugger.number, data, send)
+        if relayed is not None:  # written (or not) by ``send`` already
+            written = self._router.lane_sent
             if written and not self._dirty:
                 self.counts.relayed += 1  # the common case: written whole, nothing queued
                 return None
+            if outbox is None:
+                return self._finish([])  # the VM's connection is gone: dropped
             return self._finish(self._unsent(outbox, relayed, written))
         item = DebuggerBytes(debugger.number, data)
         return self._finish(self._session.handle(item, clock.current_time()))
 
+    def _send_to_debugger(self, number: int, data: bytes) -> object:
+        """The relay lane's ``send`` for a reply: ``Outbox.send_now`` of the debugger's outbox
+        (True, False or None), or ``_GONE`` when the debugger is gone (the reply is dropped)."""
+        to = self._debuggers.get(number)
+        if to is None or to.gone:
+            return _GONE
+        return to.outbox.send_now(data)
+
     def _unsent(
-        self, outbox: Outbox, relayed: SendToDebugger | SendToVm, written: bool | None
+        self, outbox: Outbox, relayed: SendToDebugger | SendToVm, written: object
     ) -> list[Command]:
-        """After ``outbox.send_now(relayed.data)`` said ``written``: what is left to carry out.
-        None (the outbox was busy): the packet itself, queued behind the rest; False (the
-        socket took part of it): nothing, the outbox is flushed with the others queued."""
+        """After ``outbox.send_now(relayed.data)`` said ``written`` (not True): what is left to
+        carry out. None (the outbox was busy): the packet itself, queued behind the rest; False
+        (the socket took part of it): nothing, the outbox is flushed with the others queued."""
         if written is None:
             return [relayed]
         if not written:
@@ -329,6 +341,15 @@ class ThreadLane:
         if stop:
             member.stop = True
             member.done.set()
+
+
+#: What the relay lane's ``send`` says when the packet's receiver is gone.
+_GONE = object()
+
+
+def _gone(data: bytes) -> object:
+    """The relay lane's ``send`` while the VM's connection is gone."""
+    return _GONE
 
 
 #: `_debugger_read`: the debugger's reader stops, with nothing for the session.

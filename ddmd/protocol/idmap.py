@@ -135,12 +135,9 @@ class IdRewriter:
             self._timed += 1
         return vm_id
 
-    def allocate_relayed(
-        self, origin: Hashable, original_id: int, command_set: int, command: int
-    ) -> int:
-        """``allocate`` for a command relayed as it came (no deadline), whose fields were just
-        unpacked from a packet header, so they are a u4 and two u1 by construction; the relay
-        path calls this once per packet."""
+    def next_free(self) -> int:
+        """The id the next ``allocate_relayed`` hands out (nothing changes): the relay lane
+        writes the packet before it records it."""
         by_id = self._by_id
         if len(by_id) >= self._space - 1:
             raise LocalProtocolError(
@@ -149,6 +146,17 @@ class IdRewriter:
         vm_id = self._next
         while vm_id in by_id:  # terminates: at least one id is free
             vm_id = vm_id + 1 if vm_id + 1 < self._space else 1
+        self._next = vm_id  # the search is not done again
+        return vm_id
+
+    def allocate_relayed(
+        self, origin: Hashable, original_id: int, command_set: int, command: int
+    ) -> int:
+        """``allocate`` for a command relayed as it came (no deadline), whose fields were just
+        unpacked from a packet header, so they are a u4 and two u1 by construction; the relay
+        path calls this once per packet, right after ``next_free`` (which it returns)."""
+        by_id = self._by_id
+        vm_id = self.next_free()
         self._next = vm_id + 1 if vm_id + 1 < self._space else 1
         by_id[vm_id] = Pending(origin, original_id, command_set, command, math.inf, vm_id)
         ids = self._by_origin.get(origin)

@@ -136,6 +136,7 @@ class Router:
     bytes_to_vm: int = 0
     bytes_to_debuggers: int = 0
     handshakes: int = 0  # handshakes completed, ever (the session notices new consumers)
+    lane_sent: object = None  # what the relay lane's ``send`` returned for the last packet
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
@@ -235,10 +236,15 @@ class Router:
         self.bridge.reset()
         return list(self.ids.drop_all())
 
-    def relay_from_vm(self, data: bytes) -> SendToDebugger | None:
+    def relay_from_vm(
+        self, data: bytes, send: Callable[[int, bytes], object] | None = None
+    ) -> SendToDebugger | None:
         """The relay lane: when ``data`` is exactly one whole reply to a consumer's command
         that nothing here reads, the command that passes it on (counted, its id restored);
-        otherwise None and nothing changed (``vm_data`` takes it)."""
+        otherwise None and nothing changed (``vm_data`` takes it). ``send(debugger, bytes)``,
+        when given, is called with the packet as soon as it is made, before the id map and the
+        counters are updated, and what it returns is kept in ``lane_sent``: the relay thread
+        writes the packet there, so that bookkeeping is off the packet's way."""
         if self.pieces.busy or self._decoder.buffered or len(data) < 11:
             return None
         length, vm_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
@@ -256,13 +262,16 @@ class Router:
         consumer = self.consumers.by_id.get(pending.origin.debugger)
         if consumer is None or consumer.streaming:
             return None
-        ids.forget(pending)
         head = _REPLY_HEADER.pack(length, pending.original_id, 0x80, (b9 << 8) | b10)
+        packet = head + data[11:]
+        if send is not None:
+            self.lane_sent = send(consumer.id, packet)
+        ids.forget(pending)
         consumer.packets_out += 1
         consumer.bytes_out += length
         self.packets_to_debuggers += 1
         self.bytes_to_debuggers += length
-        return SendToDebugger(consumer.id, head + data[11:])
+        return SendToDebugger(consumer.id, packet)
 
     def vm_data(self, data: bytes) -> list[Command]:
         """Bytes from the VM: route every complete packet (or piece) they finish."""
@@ -452,11 +461,13 @@ class Router:
         it was debugging, and the commands."""
         return self.intake.debugger_left(number)
 
-    def relay_from_debugger(self, number: int, data: bytes) -> SendToVm | None:
+    def relay_from_debugger(
+        self, number: int, data: bytes, send: Callable[[bytes], object] | None = None
+    ) -> SendToVm | None:
         """The relay lane: when ``data`` is exactly one whole command of a debugging consumer
         that no rule here answers or reads, the command that writes it to the VM (under a fresh
         id from the one IdRewriter); otherwise None and nothing changed (``debugger_data``
-        takes it)."""
+        takes it). ``send``: as for ``relay_from_vm`` (called with the packet's bytes)."""
         consumer = self.consumers.by_id.get(number)
         if (
             consumer is None
@@ -477,9 +488,14 @@ class Router:
         key = (command_set << 8) | command
         if key in SLOW_KEYS or (key in SHARED_KEYS and self.attached_count != 1):
             return None
+        ids = self.ids
+        vm_id = ids.next_free()
+        packet = _COMMAND_HEADER.pack(length, vm_id, 0, command_set, command) + data[11:]
+        if send is not None:
+            self.lane_sent = send(packet)
+        ids.allocate_relayed(consumer.origin, packet_id, command_set, command)
         consumer.packets_in += 1
         consumer.bytes_in += length
-        vm_id = self.ids.allocate_relayed(consumer.origin, packet_id, command_set, command)
         self.packets_to_vm += 1
         self.bytes_to_vm += length
-        return SendToVm(_COMMAND_HEADER.pack(length, vm_id, 0, command_set, command) + data[11:])
+        return SendToVm(packet)

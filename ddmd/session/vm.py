@@ -46,8 +46,6 @@ from ddmd.session.commands import (
     Command,
     Log,
     Publish,
-    SendToDebugger,
-    SendToVm,
     WakeMeAt,
 )
 from ddmd.session.conversation import Conversation
@@ -129,16 +127,16 @@ class VmSession:
         )
         # The relay lane (the driver calls these per packet first; the router's functions
         # themselves, bound once, as the lane pays for every call):
-        # - relay_vm(data): bytes from the VM, when they are one whole reply to a debugger that
-        #   nothing here reads: the one command ``handle(VmBytes(data), now)`` would return,
-        #   made without the general path's cost; otherwise None and nothing changed.
-        # - relay_debugger(number, data): bytes from a debugger, when they are one whole
-        #   command no rule answers or reads: the one command ``handle(DebuggerBytes(number,
-        #   data), now)`` would return; otherwise None and nothing changed.
-        self.relay_vm: Callable[[bytes], SendToDebugger | None] = self.router.relay_from_vm
-        self.relay_debugger: Callable[[int, bytes], SendToVm | None] = (
-            self.router.relay_from_debugger
-        )
+        # - relay_vm(data, send=None): bytes from the VM, when they are one whole reply to a
+        #   debugger that nothing here reads: the one command ``handle(VmBytes(data), now)``
+        #   would return, made without the general path's cost; otherwise None and nothing
+        #   changed.
+        # - relay_debugger(number, data, send=None): bytes from a debugger, when they are one
+        #   whole command no rule answers or reads: the one command ``handle(DebuggerBytes(
+        #   number, data), now)`` would return; otherwise None and nothing changed.
+        # ``send`` writes the packet before the bookkeeping (``Router.relay_from_vm``).
+        self.relay_vm = self.router.relay_from_vm
+        self.relay_debugger = self.router.relay_from_debugger
         # The VM's own HELO and FEAT answers, for consumers that ask again (ddmshare.py).
         self.hello: ddm.HeloReply | None = None
         self.feat: ddm.FeatReply | None = None

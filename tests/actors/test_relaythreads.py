@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import trio
@@ -183,13 +184,21 @@ async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
 
 
 class _Session:
-    """A session whose relay lane takes the commands that start with b"F" (fast); the others
-    make it ask for something only the event loop does (``Changed``)."""
+    """A session whose relay lane takes the commands that start with b"F" (fast), sending them
+    as the router does; the others make it ask for something only the event loop does
+    (``Changed``)."""
 
-    def relay_debugger(self, number: int, data: bytes) -> SendToVm | None:
-        return SendToVm(data) if data.startswith(b"F") else None
+    def __init__(self) -> None:
+        self.router = SimpleNamespace(lane_sent=None)
 
-    def relay_vm(self, data: bytes) -> None:
+    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> SendToVm | None:
+        if not data.startswith(b"F"):
+            return None
+        if send is not None:
+            self.router.lane_sent = send(data)
+        return SendToVm(data)
+
+    def relay_vm(self, data: bytes, send: Any = None) -> None:
         return None  # this test's VM sends nothing
 
     def handle(self, item: DebuggerBytes, now: float) -> list[Command]:
@@ -301,10 +310,12 @@ def test_the_thread_does_what_needs_no_event_loop_and_hands_on_the_rest_in_order
 
 
 class _BrokenVmSession:
-    def relay_vm(self, data: bytes) -> None:
+    router = SimpleNamespace(lane_sent=None)
+
+    def relay_vm(self, data: bytes, send: Any = None) -> None:
         return None
 
-    def relay_debugger(self, number: int, data: bytes) -> None:
+    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> None:
         return None
 
     def handle(self, item: object, now: float) -> list[Command]:

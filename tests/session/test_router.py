@@ -196,6 +196,43 @@ def test_the_relay_lane_takes_only_packets_nothing_here_reads() -> None:
     assert isinstance(out[0], SendToVm)
 
 
+def test_the_relay_lane_sends_a_packet_before_it_records_it() -> None:
+    """With ``send`` (the relay thread's write), the lane hands the packet over as soon as it is
+    made, then updates the id map and the counters; what ``send`` returned is in
+    ``lane_sent``. The packet and the state after are the same as without ``send``."""
+    h = RouterHarness()
+    assert attached(h, 1)
+    r = h.router
+    seen: list[tuple[bytes, int, int]] = []
+
+    def to_vm(data: bytes) -> object:
+        seen.append((data, len(r.ids), r.packets_to_vm))  # not recorded yet
+        return "written"
+
+    sent = r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x"), to_vm)
+    assert sent == SendToVm(cmd(1, CLASS_BY_SIGNATURE, b"x"))
+    assert seen == [(cmd(1, CLASS_BY_SIGNATURE, b"x"), 0, 0)]
+    assert r.lane_sent == "written"
+    assert (len(r.ids), r.packets_to_vm) == (1, 1)  # recorded after the send
+    got: list[tuple[int, bytes, int]] = []
+
+    def to_debugger(debugger: int, data: bytes) -> object:
+        got.append((debugger, data, len(r.ids)))
+        return False  # the socket took part of it: the lane says so, the caller queues
+
+    assert r.relay_from_vm(reply(1, b"answer"), to_debugger) == SendToDebugger(
+        1, reply(7, b"answer")
+    )
+    assert got == [(1, reply(7, b"answer"), 1)]  # sent while its entry was still there
+    assert r.lane_sent is False
+    assert len(r.ids) == 0
+    # Not the lane's: ``send`` is not called, and nothing changed.
+    calls: list[bytes] = []
+    assert r.relay_from_debugger(1, cmd(8, VERSION), calls.append) is None
+    assert calls == []
+    assert r.lane_sent is False
+
+
 def test_ddmd_s_own_ids_never_collide_with_a_debugger_s() -> None:
     h = RouterHarness()
     playbook = attached(h, 1)
