@@ -29,6 +29,7 @@ __all__ = [
     "BRIDGE",
     "DDM",
     "INTAKE",
+    "OFF_LANE",
     "READ_REPLIES",
     "SHARED_KEYS",
     "SLOW_KEYS",
@@ -135,6 +136,14 @@ SLOW_KEYS: Final = keys_of(several=False)
 SHARED_KEYS: Final = keys_of(several=True)
 #: Command sets that stay off the fast lane whole.
 SLOW_SETS: Final = frozenset(cs for (cs, c) in SLOW_LANE if c is None)
+
+#: The three above as one lookup for the relay lane, per ``(set << 8) | command`` key: False,
+#: always off the fast lane; True, off it only while several debuggers are attached.
+OFF_LANE: Final[Mapping[int, bool]] = MappingProxyType(
+    {(cs << 8) | c: False for cs in SLOW_SETS for c in range(256)}
+    | dict.fromkeys(SLOW_KEYS, False)
+    | dict.fromkeys(SHARED_KEYS, True)
+)
 
 #: Replies to a debugger's command that the router reads (the caches), so never fast-laned.
 READ_REPLIES: Final = frozenset({(_VM << 8) | _V.ID_SIZES, (_VM << 8) | _V.VERSION})

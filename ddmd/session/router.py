@@ -61,7 +61,7 @@ from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
 from ddmd.session.intake import Intake
-from ddmd.session.lanes import READ_REPLIES, SHARED_KEYS, SLOW_KEYS, SLOW_SETS
+from ddmd.session.lanes import OFF_LANE, READ_REPLIES
 from ddmd.session.pieces import Pieces
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
@@ -478,15 +478,10 @@ class Router:
         ):
             return None
         length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
-        if (
-            length != len(data)
-            or length > self.max_packet
-            or flags != 0
-            or command_set in SLOW_SETS
-        ):
+        if length != len(data) or length > self.max_packet or flags != 0:
             return None
-        key = (command_set << 8) | command
-        if key in SLOW_KEYS or (key in SHARED_KEYS and self.attached_count != 1):
+        several = OFF_LANE.get((command_set << 8) | command)
+        if several is not None and (not several or self.attached_count != 1):
             return None
         ids = self.ids
         vm_id = ids.next_free()

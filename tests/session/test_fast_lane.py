@@ -28,6 +28,7 @@ from ddmd.session.bridge import BRIDGED, SHARED_VIEW
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import DebuggerBytes, DebuggerJoined, VmBytes, VmConnected
 from ddmd.session.lanes import (
+    OFF_LANE,
     READ_REPLIES,
     SHARED_KEYS,
     SLOW_KEYS,
@@ -191,6 +192,11 @@ def test_the_bridge_s_commands_and_the_router_s_keys_come_from_the_one_table() -
     assert keys_of("bridge", several=True) == SHARED_VIEW == SHARED_KEYS
     assert keys_of() == SLOW_KEYS | SHARED_KEYS
     assert {CommandSet.DDM} == SLOW_SETS
+    # The router's one lookup says the same, key by key: every command of a slow set and every
+    # slow key always off the lane, the shared view only with several debuggers.
+    whole_sets = {(cs << 8) | c for cs in SLOW_SETS for c in range(256)}
+    assert {k for k, several in OFF_LANE.items() if not several} == whole_sets | SLOW_KEYS
+    assert {k for k, several in OFF_LANE.items() if several} == SHARED_KEYS
     # The caches' replies are read, so their commands are on the slow lane too.
     assert READ_REPLIES <= SLOW_KEYS
     # What the issue names stays off the table.
