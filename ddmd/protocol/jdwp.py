@@ -246,12 +246,16 @@ class CommandPacket:
     data: bytes = b""
 
     def __post_init__(self) -> None:
-        _check_u4("id", self.id)
+        # The checks are written out, not called: a packet is made per command relayed on the
+        # general path, and a call each costs more than the check.
+        if not 0 <= self.id <= _U4_MAX:
+            _check_u4("id", self.id)
         if not 0 <= self.command_set <= 0xFF:
             raise LocalProtocolError(f"JDWP command set {self.command_set!r} is not a u1")
         if not 0 <= self.command <= 0xFF:
             raise LocalProtocolError(f"JDWP command {self.command!r} is not a u1")
-        _check_data(self.data)
+        if type(self.data) is not bytes:
+            _check_data(self.data)
         if len(self.data) > _U4_MAX - HEADER_SIZE:
             raise LocalProtocolError(f"JDWP packet data of {len(self.data)} bytes is too long")
 
@@ -269,10 +273,12 @@ class ReplyPacket:
     data: bytes = b""
 
     def __post_init__(self) -> None:
-        _check_u4("id", self.id)
+        if not 0 <= self.id <= _U4_MAX:  # written out, as in CommandPacket
+            _check_u4("id", self.id)
         if not 0 <= self.error_code <= 0xFFFF:
             raise LocalProtocolError(f"JDWP error code {self.error_code!r} is not a u2")
-        _check_data(self.data)
+        if type(self.data) is not bytes:
+            _check_data(self.data)
         if len(self.data) > _U4_MAX - HEADER_SIZE:
             raise LocalProtocolError(f"JDWP packet data of {len(self.data)} bytes is too long")
 
