@@ -1614,8 +1614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"bridge_latency: JDK {java_version()}, {os.cpu_count()} CPUs; {args.phases} phase(s) x "
         f"{args.rounds} round(s); per path and round {args.count} name() and {args.count} "
-        f"allThreads(), {args.mix} IDE-mix stops (warm-up: {args.warmup} calls and "
-        f"{args.mix_warmup} stops per session, a fifth before each block)"
+        f"allThreads(), {args.mix} IDE-mix stops, in {args.slices} interleaved slice(s) (warm-up: "
+        f"{args.warmup} calls and {args.mix_warmup} stops per session, a fifth in each round)"
         + (" [--quick: rough figures]" if args.quick else ""),
         flush=True,
     )
