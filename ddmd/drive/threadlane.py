@@ -253,7 +253,7 @@ class ThreadLane:
         relayed = self._relay_vm(data, self._send_to_debugger)
         if relayed is not None:  # written (or not) by _send_to_debugger already
             written = self._router.lane_sent
-            if written and not self._dirty:
+            if written is True and not self._dirty:
                 counts.relayed += 1  # the common case: written whole, nothing queued
                 return None
             if written is _GONE:
@@ -290,7 +290,7 @@ class ThreadLane:
         relayed = self._relay_debugger(debugger.number, data, send)
         if relayed is not None:  # written (or not) by ``send`` already
             written = self._router.lane_sent
-            if written and not self._dirty:
+            if written is True and not self._dirty:
                 self.counts.relayed += 1  # the common case: written whole, nothing queued
                 return None
             if outbox is None:

@@ -343,3 +343,52 @@ async def test_a_vm_that_breaks_the_protocol_ends_the_thread_with_the_reason_log
         assert not lane.running
         vm_sock.close()
         vm_peer.close()
+
+
+class _LaneSession:
+    """A session whose relay lane takes every packet, sending it as the router does: replies
+    to debugger 7, commands to the VM."""
+
+    def __init__(self) -> None:
+        self.router = SimpleNamespace(lane_sent=None)
+
+    def relay_vm(self, data: bytes, send: Any = None) -> SendToDebugger:
+        self.router.lane_sent = send(7, data)
+        return SendToDebugger(7, data)
+
+    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> SendToVm:
+        self.router.lane_sent = send(data)
+        return SendToVm(data)
+
+
+async def test_a_relayed_packet_whose_receiver_is_gone_is_dropped_in_the_thread() -> None:
+    """The relay lane writes before it records: a reply for a debugger that left meanwhile, or
+    a command while the VM's connection is gone, is dropped there and then (as the event loop
+    drops it), nothing is handed to trio, and the next packet goes on."""
+    vm_sock, vm_peer = socket_pair()
+    dbg_sock, dbg_peer = socket_pair()
+    written: list[bytes] = []
+    outbox = SimpleNamespace(send_now=lambda data: written.append(data) or True)
+    stream = trio.SocketStream(dbg_sock)
+    debugger = DebuggerConnection(7, stream, "peer", "current", None, Outbox(stream, 1, 1))
+    debuggers: dict[int, DebuggerConnection] = {}
+    vm_outbox: list[object] = [None]
+    writes = PendingWrites(debuggers, lambda: vm_outbox[0])  # type: ignore[arg-type,return-value]
+    lane = ThreadLane(_LaneSession(), writes, log=lambda _: None)  # type: ignore[arg-type]
+    lane._relay_vm = lane._session.relay_vm
+    lane._relay_debugger = lane._session.relay_debugger
+    lane._router = lane._session.router  # type: ignore[assignment]
+    clock = trio.lowlevel.current_clock()
+    vm_peer.sendall(b"reply for a debugger that left")
+    assert lane._vm_read(vm_sock, clock) is None  # dropped: nothing for the event loop
+    member = SimpleNamespace(debugger=debugger, sock=dbg_sock, stop=False, error=None)
+    dbg_peer.sendall(b"command while the VM is gone")
+    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert written == []
+    vm_outbox[0] = outbox  # the VM is back: the next command is written at once
+    dbg_peer.sendall(b"next command")
+    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert written == [b"next command"]
+    assert (lane.counts.relayed, lane.counts.handed) == (3, 0)
+    for each in (vm_sock, vm_peer, dbg_sock, dbg_peer):
+        each.close()
