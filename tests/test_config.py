@@ -487,6 +487,10 @@ def test_max_per_vm_bounds(value, fragment):
 def test_relay_threads_can_be_turned_off_and_must_be_a_boolean():
     c = parse_config({"debugger": {"relay_threads": False}}, source="test", env=ENV)
     assert c.debugger.relay_threads is False
+    # The words it took before it became a boolean still start ddmd.
+    for word, on in (("local", True), ("ALL", True), ("off", False)):
+        c = parse_config({"debugger": {"relay_threads": word}}, source="test", env=ENV)
+        assert c.debugger.relay_threads is on
     expect_error(
         {"debugger": {"relay_threads": "yes"}},
         "debugger.relay_threads",

@@ -20,7 +20,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from ddmd.config.checks import _check_front_port, _check_ports
 from ddmd.config.schema import (
@@ -62,6 +62,19 @@ __all__ = ["find_config_file", "load_config", "parse_config"]
 
 # --------------------------------------------------------------------------------------------------
 # Reading values
+
+
+#: ``[debugger] relay_threads`` was one of these words before it became a boolean; a config file
+#: written then still starts ddmd ("local" and "all" now mean the thread for every VM).
+_OLD_RELAY_THREADS: Final = {"local": True, "all": True, "off": False}
+
+
+def _relay_threads(d: _Section) -> bool:
+    """``[debugger] relay_threads``: true or false (or one of the words it used to take)."""
+    raw = d.raw("relay_threads")
+    if isinstance(raw, str) and raw.strip().lower() in _OLD_RELAY_THREADS:
+        return _OLD_RELAY_THREADS[raw.strip().lower()]
+    return d.get(d.boolean, "relay_threads")
 
 
 def _default_state_file(env: Mapping[str, str]) -> Path:
@@ -219,7 +232,7 @@ def parse_config(
         relay_chunk_bytes=d.get(d.integer, "relay_chunk_bytes", minimum=4096),
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
         max_per_vm=d.get(d.integer, "max_per_vm", minimum=1, maximum=64),
-        relay_threads=d.get(d.boolean, "relay_threads"),
+        relay_threads=_relay_threads(d),
     )
 
     c = sec["control"]
