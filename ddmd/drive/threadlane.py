@@ -310,9 +310,10 @@ class ThreadLane:
     def _unsent(
         self, outbox: Outbox, relayed: SendToDebugger | SendToVm, written: object
     ) -> list[Command]:
-        """After ``outbox.send_now(relayed.data)`` said ``written`` (not True): what is left to
-        carry out. None (the outbox was busy): the packet itself, queued behind the rest; False
-        (the socket took part of it): nothing, the outbox is flushed with the others queued."""
+        """After ``outbox.send_now(relayed.data)`` said ``written``, when that is not the common
+        case (written whole, nothing else queued): what is left to carry out. None (the outbox
+        was busy): the packet itself, queued behind the rest; False (the socket took part of
+        it): nothing, the outbox is flushed with the others queued; True: nothing."""
         if written is None:
             return [relayed]
         if not written:

@@ -136,8 +136,8 @@ class IdRewriter:
         return vm_id
 
     def next_free(self) -> int:
-        """The id the next ``allocate_relayed`` hands out (nothing changes): the relay lane
-        writes the packet before it records it."""
+        """The id the next ``allocate_relayed`` hands out (nothing is recorded): the relay lane
+        writes the packet under it, then records it with ``record_relayed``."""
         by_id = self._by_id
         if len(by_id) >= self._space - 1:
             raise LocalProtocolError(
@@ -153,17 +153,25 @@ class IdRewriter:
         self, origin: Hashable, original_id: int, command_set: int, command: int
     ) -> int:
         """``allocate`` for a command relayed as it came (no deadline), whose fields were just
-        unpacked from a packet header, so they are a u4 and two u1 by construction; the relay
-        path calls this once per packet, right after ``next_free`` (which it returns)."""
-        by_id = self._by_id
+        unpacked from a packet header, so they are a u4 and two u1 by construction."""
         vm_id = self.next_free()
+        self.record_relayed(vm_id, origin, original_id, command_set, command)
+        return vm_id
+
+    def record_relayed(
+        self, vm_id: int, origin: Hashable, original_id: int, command_set: int, command: int
+    ) -> None:
+        """Record a relayed command written under ``vm_id``, the id ``next_free`` just gave
+        (the relay lane calls the two once per packet, with the write in between)."""
+        by_id = self._by_id
+        if vm_id in by_id or not 0 < vm_id < self._space:
+            raise LocalProtocolError(f"VM command id {vm_id} is not free")
         self._next = vm_id + 1 if vm_id + 1 < self._space else 1
         by_id[vm_id] = Pending(origin, original_id, command_set, command, math.inf, vm_id)
         ids = self._by_origin.get(origin)
         if ids is None:
             ids = self._by_origin[origin] = {}
         ids[vm_id] = None
-        return vm_id
 
     def resolve(self, vm_id: int) -> Pending | None:
         """A reply with ``vm_id`` arrived: pop and return its entry (None if unknown: the

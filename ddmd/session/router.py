@@ -136,7 +136,8 @@ class Router:
     bytes_to_vm: int = 0
     bytes_to_debuggers: int = 0
     handshakes: int = 0  # handshakes completed, ever (the session notices new consumers)
-    lane_sent: object = None  # what the relay lane's ``send`` returned for the last packet
+    # What the relay lane's ``send`` returned for the last packet it made.
+    lane_sent: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
@@ -488,7 +489,7 @@ class Router:
         packet = _COMMAND_HEADER.pack(length, vm_id, 0, command_set, command) + data[11:]
         if send is not None:
             self.lane_sent = send(packet)
-        ids.allocate_relayed(consumer.origin, packet_id, command_set, command)
+        ids.record_relayed(vm_id, consumer.origin, packet_id, command_set, command)
         consumer.packets_in += 1
         consumer.bytes_in += length
         self.packets_to_vm += 1

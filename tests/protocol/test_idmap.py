@@ -97,6 +97,12 @@ def test_next_free_is_the_id_the_next_relayed_command_gets_and_changes_nothing()
     with pytest.raises(LocalProtocolError, match="exhausted"):
         ids.next_free()
     assert held == [1, 2, 3, 4, 5, 6]
+    ids.resolve(5)
+    with pytest.raises(LocalProtocolError, match="not free"):
+        ids.record_relayed(4, STUDIO, 42, 11, 1)  # outstanding: never recorded twice
+    assert ids.next_free() == 5
+    ids.record_relayed(5, STUDIO, 42, 11, 1)
+    assert ids.get(5) == Pending(STUDIO, 42, 11, 1, math.inf, 5)
 
 
 def test_resolve_restores_origin_and_original_id():
