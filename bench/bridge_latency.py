@@ -1124,11 +1124,10 @@ def measure_round(bench: Bench, live: Sequence[Live], workload: str) -> dict[str
     """One round of ``workload`` on every live path, in ``--slices`` interleaved slices: each
     path first runs an untimed fifth of the warm-up, then slice after slice every path runs its
     share of the timed operations, in an order shuffled anew for every slice (seeded: a run can
-    be repeated). A path's figures are
-    over all its slices (median and p90 of every operation, CPU of the process tree of
-    everything on the path, read around each slice). So the paths compared with each other are
-    timed within the same second or so, not one block after the other. A failure is noted and
-    the path left out."""
+    be repeated). A path's figures are over all its slices (median and p90 of every operation,
+    CPU of the process tree of everything on the path, read around each slice). So the paths
+    compared with each other are timed within the same second or so, not one block after the
+    other. A failure is noted and the path left out."""
     warm, n = counts(bench.args, workload)
     watch: dict[str, dict[str, list[int]]] = {}
     blocks: dict[str, _Block] = {}
@@ -1301,10 +1300,6 @@ def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm
                         bench.notes.append(f"jdb attach {name}: failed: {exc}")
                     time.sleep(PAUSE)
             bench.figures.jdb.append(jdb)
-
-
-def ratio_of(a: float, b: float) -> float:
-    return a / b if b > 0 else float("inf")
 
 
 def paired(a: float, b: float) -> float | None:
