@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ddmd.drive.relaythreads import AnySocket, plain_socket
+
 #: How long one write to a debugger may wait (its socket buffer is full: it stopped reading).
 DIRECT_SEND_LIMIT = 0.25
 #: Writes up to this size are "small": they fit a socket buffer unless the reader stopped.
@@ -48,14 +50,14 @@ class Outbox:
     written: int = 0
     owner: object = None  # whose stream this is (the driver's debugger record)
     since: float | None = None  # when the write under way began
-    sock: trio.socket.SocketType | None = None  # for writes that need no waiting
+    sock: AnySocket | None = None  # for writes that need no waiting (``plain_socket``)
     quick: float = DIRECT_SEND_LIMIT  # how long a small write may take
     allowed: float = 0.0  # how long the write under way may take
     _idle: trio.Event | None = None  # made only when someone waits for the write to end
 
     def __post_init__(self) -> None:
         if isinstance(self.stream, trio.SocketStream):
-            self.sock = self.stream.socket
+            self.sock = plain_socket(self.stream.socket)
 
     def put(self, data: bytes) -> bool:
         """Queue ``data``; False when that would pass the budget of bytes or packets (the

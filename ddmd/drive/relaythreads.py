@@ -23,13 +23,14 @@ import contextlib
 import errno
 import os
 import select
+import socket
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 import trio
 
-__all__ = ["Poller", "read_socket", "run_in_thread", "step_lock"]
+__all__ = ["Poller", "plain_socket", "read_socket", "run_in_thread", "step_lock"]
 
 T = TypeVar("T")
 
@@ -133,7 +134,21 @@ class Poller:
         return None
 
 
-def read_socket(sock: trio.socket.SocketType, size: int) -> bytes | None:
+#: A socket the relay thread reads or writes: trio's, or the standard library's under it.
+AnySocket = trio.socket.SocketType | socket.socket
+
+
+def plain_socket(sock: trio.socket.SocketType) -> AnySocket:
+    """The standard library's socket under trio's, for the relay thread's reads and writes:
+    its ``fileno`` is one C call where trio's wrapper adds a Python frame, and the thread asks
+    for it at every read and write. It is the same socket (closed when trio closes it, so the
+    descriptor then reads -1). trio keeps it as ``_sock``; should that change, trio's own
+    socket is returned, which works the same, a little slower."""
+    raw = getattr(sock, "_sock", None)
+    return raw if type(raw) is socket.socket else sock
+
+
+def read_socket(sock: AnySocket, size: int) -> bytes | None:
     """What a non-blocking socket has now: bytes (b"" at its end), or None (nothing yet).
     Raises OSError when it failed or was closed. The descriptor is asked for at each read: a
     closed socket says -1, and a number kept from before could be another socket's by now."""

@@ -29,7 +29,9 @@ Decisions:
 
 Costs: allocate/resolve are O(log n) amortised (heap push; stale heap entries are deleted
 lazily and the heap is rebuilt when they outnumber the live ones); expire is
-O(k log n) for k expired entries; drop_origin is O(entries of that origin).
+O(k log n) for k expired entries; drop_origin and outstanding are O(n), a look at every
+outstanding entry (a debugger leaves; few commands are outstanding at a time), so that a
+command relayed and its reply touch one dict, not a second index by origin.
 """
 
 from __future__ import annotations
@@ -74,7 +76,6 @@ class IdRewriter:
         #: The entry for a VM-side id, without removing it (the dict's own ``get``: the relay
         #: lane asks once per reply).
         self.get: Callable[[int], Pending | None] = self._by_id.get
-        self._by_origin: dict[Hashable, dict[int, None]] = {}  # insertion-ordered sets
         # (deadline, sequence, entry); an entry is stale once _by_id no longer holds it.
         self._heap: list[tuple[float, int, Pending]] = []
         self._sequence = 0
@@ -90,8 +91,7 @@ class IdRewriter:
 
     def outstanding(self, origin: Hashable) -> int:
         """How many commands of ``origin`` await a reply."""
-        entries = self._by_origin.get(origin)
-        return len(entries) if entries else 0
+        return sum(1 for entry in self._by_id.values() if entry.origin == origin)
 
     def next_deadline(self) -> float | None:
         """The earliest finite deadline of an outstanding entry, or None."""
@@ -128,7 +128,6 @@ class IdRewriter:
 
         entry = Pending(origin, original_id, command_set, command, deadline, vm_id)
         self._by_id[vm_id] = entry
-        self._by_origin.setdefault(origin, {})[vm_id] = None
         if deadline != math.inf:
             self._sequence += 1
             heapq.heappush(self._heap, (deadline, self._sequence, entry))
@@ -168,10 +167,6 @@ class IdRewriter:
             raise LocalProtocolError(f"VM command id {vm_id} is not free")
         self._next = vm_id + 1 if vm_id + 1 < self._space else 1
         by_id[vm_id] = Pending(origin, original_id, command_set, command, math.inf, vm_id)
-        ids = self._by_origin.get(origin)
-        if ids is None:
-            ids = self._by_origin[origin] = {}
-        ids[vm_id] = None
 
     def resolve(self, vm_id: int) -> Pending | None:
         """A reply with ``vm_id`` arrived: pop and return its entry (None if unknown: the
@@ -224,10 +219,12 @@ class IdRewriter:
     def drop_origin(self, origin: Hashable) -> tuple[Pending, ...]:
         """Forget every entry of ``origin`` (a debugger left), in allocation order. Replies
         that still arrive for them resolve to None and are dropped."""
-        ids = self._by_origin.pop(origin, None)
-        if not ids:
+        by_id = self._by_id
+        out = tuple(entry for entry in by_id.values() if entry.origin == origin)
+        if not out:
             return ()
-        out = tuple(self._by_id.pop(vm_id) for vm_id in ids)
+        for entry in out:
+            del by_id[entry.vm_id]
         self._timed -= sum(1 for entry in out if entry.deadline != math.inf)
         self._maybe_compact()
         return out
@@ -236,7 +233,6 @@ class IdRewriter:
         """Forget everything (the VM connection is gone), in allocation order."""
         out = tuple(self._by_id.values())
         self._by_id.clear()
-        self._by_origin.clear()
         self._heap.clear()
         self._timed = 0
         return out
@@ -245,10 +241,6 @@ class IdRewriter:
 
     def _forget(self, entry: Pending, *, in_heap: bool = True) -> None:
         del self._by_id[entry.vm_id]
-        ids = self._by_origin[entry.origin]
-        del ids[entry.vm_id]
-        if not ids:
-            del self._by_origin[entry.origin]
         if entry.deadline != math.inf:
             self._timed -= 1
             if in_heap:

@@ -422,7 +422,6 @@ class PacketDecoder:
     """
 
     __slots__ = (
-        "_buf",
         "_eof",
         "_error",
         "_expect_handshake",
@@ -431,6 +430,7 @@ class PacketDecoder:
         "_pos",
         "_remaining",
         "_stream_threshold",
+        "held",
     )
 
     def __init__(
@@ -445,7 +445,7 @@ class PacketDecoder:
             raise LocalProtocolError(f"max_length {max_length} is below the header size")
         if stream_threshold is not None and stream_threshold < HEADER_SIZE:
             raise LocalProtocolError(f"stream_threshold {stream_threshold} is below header size")
-        self._buf = bytearray()
+        self.held = bytearray()
         self._pos = 0
         self._max_length = max_length
         self._expect_handshake = expect_handshake
@@ -458,7 +458,7 @@ class PacketDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet handed out."""
-        return len(self._buf) - self._pos
+        return len(self.held) - self._pos
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes from the peer; empty bytes mean the peer closed its side."""
@@ -469,16 +469,16 @@ class PacketDecoder:
         if not data:
             self._eof = True
             return
-        if self._pos and self._pos * 2 >= len(self._buf):
-            del self._buf[: self._pos]
+        if self._pos and self._pos * 2 >= len(self.held):
+            del self.held[: self._pos]
             self._pos = 0
-        self._buf += data
+        self.held += data
 
     def peek_header(self) -> PacketHeader | None:
         """The header of the next packet if its 11 bytes are buffered, without consuming it."""
         if self._expect_handshake or self._remaining or self.buffered < HEADER_SIZE:
             return None
-        return PacketHeader(*_COMMAND_HEADER.unpack_from(self._buf, self._pos))
+        return PacketHeader(*_COMMAND_HEADER.unpack_from(self.held, self._pos))
 
     def next_event(self) -> PacketEvent | _NeedData:
         if self._error is not None:
@@ -494,7 +494,7 @@ class PacketDecoder:
         return self.next_event()
 
     def _next_event(self) -> PacketEvent | _NeedData:
-        buf = self._buf
+        buf = self.held
         pos = self._pos
         avail = len(buf) - pos
         if self._remaining:
@@ -502,7 +502,7 @@ class PacketDecoder:
                 return self._need_data()
             take = min(avail, self._remaining)
             piece = bytes(buf[pos : pos + take])
-            self._pos = pos + take
+            self._consumed(pos + take)
             self._remaining -= take
             return PacketPiece(piece, self._remaining == 0)
         if self._expect_handshake:
@@ -516,7 +516,7 @@ class PacketDecoder:
             got = bytes(buf[pos : pos + size])
             if got != HANDSHAKE:
                 raise RemoteProtocolError(f"bad JDWP handshake: got {got!r}")
-            self._pos = pos + size
+            self._consumed(pos + size)
             self._expect_handshake = False
             return Handshake()
         if avail < HEADER_SIZE:
@@ -529,16 +529,24 @@ class PacketDecoder:
         if flags and flags != Flag.REPLY:
             _check_flags(flags)
         if streamed:
-            self._pos = pos + HEADER_SIZE
+            self._consumed(pos + HEADER_SIZE)
             self._remaining = length - HEADER_SIZE
             return PacketStart(PacketHeader(length, pid, flags, b9, b10))
         if avail < length:
             return self._need_data()
         body = bytes(buf[pos + HEADER_SIZE : pos + length])
-        self._pos = pos + length
+        self._consumed(pos + length)
         if flags:
             return ReplyPacket(pid, (b9 << 8) | b10, body)
         return CommandPacket(pid, b9, b10, body)
+
+    def _consumed(self, end: int) -> None:
+        """Everything before ``end`` is handed out; an empty buffer is emptied (``held``)."""
+        if end >= len(self.held):
+            self.held.clear()
+            self._pos = 0
+        else:
+            self._pos = end
 
     def _need_data(self) -> PacketEvent | _NeedData:
         if not self._eof:

@@ -492,6 +492,27 @@ class Bridge:
         self.watch[vm_id] = _SuspendWatch(debugger, suspension)
         return out
 
+    def lane_record(self, debugger: int, command: int, vm_id: int) -> None:
+        """A VM.Suspend or VM.Resume (``command``) of ``debugger``, the only debugger, that took
+        the relay lane: written to the VM as it came, under ``vm_id``. The ledger records it
+        as ``command`` does on the slow lane, where alone the debugger's own command is also
+        what the VM is told."""
+        if command == VirtualMachineCommand.SUSPEND:
+            suspension = self.ledger.add_own(debugger, ALL_THREADS, "VM.Suspend")
+            self.watch[vm_id] = _SuspendWatch(debugger, suspension)
+        else:
+            self.ledger.resume_all(debugger)  # alone, nothing else is to be told (_resumed)
+
+    def lane_reply(self, vm_id: int, failed: int) -> bool:
+        """Whether the reply to the watched command ``vm_id`` may take the relay lane (the
+        router asks; ``failed``: its error code is not 0). Only a Suspend the VM carried out
+        may: its watch is done with then. Any other watched reply is read by ``reply``."""
+        watch = self.watch.get(vm_id)
+        if type(watch) is _SuspendWatch and not failed:
+            del self.watch[vm_id]
+            return True
+        return False
+
     def _resume_all(self, debugger: int, packet: CommandPacket) -> list[Command]:
         ops = self.ledger.resume_all(debugger)
         if ops is None:

@@ -14,7 +14,12 @@ router reads it (``READ_REPLIES``, or an id the bridge watches).
 
 A command of ``None`` stands for every command of its set. An entry with ``several`` set matters
 only while several debuggers are attached (what one debugger sees of threads others hold): with
-one debugger it takes the fast lane too (``SHARED_VIEW``).
+one debugger it takes the fast lane too. An entry with ``recorded`` set (VM.Suspend and
+VM.Resume) is seen by its rule either way: with several debuggers on the slow lane, where the
+bridge decides what the VM is told; with one, whose command is exactly what the VM would have
+been told without ddmd in between, on the fast lane, and the bridge records it in the ledger
+right after the write (``Bridge.lane_record``), so that a second debugger, or this one leaving,
+finds the ledger as the slow lane would have left it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ __all__ = [
     "INTAKE",
     "OFF_LANE",
     "READ_REPLIES",
+    "RECORDED",
+    "SHARED",
     "SHARED_KEYS",
+    "SLOW",
     "SLOW_KEYS",
     "SLOW_LANE",
     "SLOW_SETS",
@@ -50,6 +58,7 @@ class Rule(NamedTuple):
     why: str
     by: str
     several: bool = False  # slow only while several debuggers are attached
+    recorded: bool = False  # with one debugger: fast, and recorded by the bridge (``several``)
 
 
 _VM = CommandSet.VIRTUAL_MACHINE
@@ -75,9 +84,19 @@ SLOW_LANE: Final[Mapping[tuple[int, int | None], Rule]] = MappingProxyType(
             "thread ids and events with the sizes)",
             INTAKE,
         ),
-        (_VM, _V.SUSPEND): Rule("the suspension ledger records who holds the VM", BRIDGE),
+        (_VM, _V.SUSPEND): Rule(
+            "the suspension ledger records who holds the VM (one debugger: recorded after the "
+            "write)",
+            BRIDGE,
+            several=True,
+            recorded=True,
+        ),
         (_VM, _V.RESUME): Rule(
-            "the suspension ledger: the VM resumes when no debugger holds it any more", BRIDGE
+            "the suspension ledger: the VM resumes when no debugger holds it any more (one "
+            "debugger: its Resume is the release, recorded after the write)",
+            BRIDGE,
+            several=True,
+            recorded=True,
         ),
         (_VM, _V.EXIT): Rule("ends every debugger's session: logged, louder with others", BRIDGE),
         (_VM, _V.HOLD_EVENTS): Rule("per debugger: answered here, its events queued", BRIDGE),
@@ -119,30 +138,42 @@ SLOW_LANE: Final[Mapping[tuple[int, int | None], Rule]] = MappingProxyType(
 )
 
 
-def keys_of(by: str | None = None, *, several: bool | None = None) -> frozenset[int]:
-    """The ``(set << 8) | command`` keys of the table's single-command entries, of one ``by``
-    and ``several`` when given."""
+def keys_of(
+    by: str | None = None, *, several: bool | None = None, recorded: bool | None = None
+) -> frozenset[int]:
+    """The ``(set << 8) | command`` keys of the table's single-command entries, of one ``by``,
+    ``several`` and ``recorded`` when given."""
     return frozenset(
         (cs << 8) | c
         for (cs, c), rule in SLOW_LANE.items()
         if c is not None
         and (by is None or rule.by == by)
         and (several is None or rule.several == several)
+        and (recorded is None or rule.recorded == recorded)
     )
 
 
-#: Keys that always stay off the fast lane, and those that do only with several debuggers.
+#: Keys that always stay off the fast lane, those that do only with several debuggers, and of
+#: those the ones the bridge records when they take it.
 SLOW_KEYS: Final = keys_of(several=False)
 SHARED_KEYS: Final = keys_of(several=True)
+RECORDED_KEYS: Final = keys_of(recorded=True)
 #: Command sets that stay off the fast lane whole.
 SLOW_SETS: Final = frozenset(cs for (cs, c) in SLOW_LANE if c is None)
 
-#: The three above as one lookup for the relay lane, per ``(set << 8) | command`` key: False,
-#: always off the fast lane; True, off it only while several debuggers are attached.
-OFF_LANE: Final[Mapping[int, bool]] = MappingProxyType(
-    {(cs << 8) | c: False for cs in SLOW_SETS for c in range(256)}
-    | dict.fromkeys(SLOW_KEYS, False)
-    | dict.fromkeys(SHARED_KEYS, True)
+#: ``OFF_LANE``'s values: always off the fast lane; off it only while several debuggers are
+#: attached; the same, and recorded by the bridge when it takes the fast lane.
+SLOW: Final = 0
+SHARED: Final = 1
+RECORDED: Final = 2
+
+#: The keys above as one lookup for the relay lane, per ``(set << 8) | command`` key; a key
+#: that is not in it takes the fast lane.
+OFF_LANE: Final[Mapping[int, int]] = MappingProxyType(
+    {(cs << 8) | c: SLOW for cs in SLOW_SETS for c in range(256)}
+    | dict.fromkeys(SLOW_KEYS, SLOW)
+    | dict.fromkeys(SHARED_KEYS, SHARED)
+    | dict.fromkeys(RECORDED_KEYS, RECORDED)
 )
 
 #: Replies to a debugger's command that the router reads (the caches), so never fast-laned.

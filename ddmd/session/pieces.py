@@ -56,23 +56,24 @@ class Pieces:
 
     def __init__(self, router: Router) -> None:
         self._router = router
-        self._relay: _Relay | None = None
+        # The packet under way (None: none); the relay lane tests it, one attribute read.
+        self.relay: _Relay | None = None
 
     @property
     def busy(self) -> bool:
-        return self._relay is not None
+        return self.relay is not None
 
     def reset(self) -> None:
-        self._relay = None
+        self.relay = None
 
     def forget(self, consumer: int) -> None:
-        relay = self._relay
+        relay = self.relay
         if relay is not None and consumer in relay.consumers:
             relay.consumers = tuple(c for c in relay.consumers if c != consumer)
 
     def start(self, header: PacketHeader) -> list[Command]:
         router = self._router
-        relay = self._relay = _Relay()
+        relay = self.relay = _Relay()
         if (header.is_reply and header.id in router.bridge.watch) or (
             not header.is_reply and header.command_set != CommandSet.DDM
         ):
@@ -113,12 +114,12 @@ class Pieces:
         """A packet ddmd must hold whole: refused over ``max_packet``, in the decoder's words."""
         cap = self._router.max_packet
         if header.length > cap:
-            self._relay = None
+            self.relay = None
             length = header.length
             raise RemoteProtocolError(f"JDWP length {length} exceeds the configured cap {cap}")
 
     def piece(self, piece: PacketPiece) -> list[Command]:
-        relay = self._relay
+        relay = self.relay
         if relay is None:
             return []
         router = self._router
@@ -134,12 +135,12 @@ class Pieces:
         if relay.push:
             out += router.on_push_piece(piece.data, False, piece.last)
             if piece.last:
-                self._relay = None
+                self.relay = None
             return out
         if relay.buffer is not None:
             relay.buffer += piece.data
         if piece.last:
-            self._relay = None
+            self.relay = None
             whole = relay.whole
             if whole is not None:
                 body = bytes(relay.buffer or b"")

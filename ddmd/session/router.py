@@ -61,7 +61,7 @@ from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
 from ddmd.session.intake import Intake
-from ddmd.session.lanes import OFF_LANE, READ_REPLIES
+from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
 from ddmd.session.pieces import Pieces
 
 __all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
@@ -246,7 +246,7 @@ class Router:
         when given, is called with the packet as soon as it is made, before the id map and the
         counters are updated, and what it returns is kept in ``lane_sent``: the relay thread
         writes the packet there, so that bookkeeping is off the packet's way."""
-        if self.pieces.busy or self._decoder.buffered or len(data) < 11:
+        if self.pieces.relay is not None or self._decoder.held or len(data) < 11:
             return None
         length, vm_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
         if flags != 0x80 or length != len(data) or length > self.stream_threshold:
@@ -257,7 +257,7 @@ class Router:
             pending is None
             or type(pending.origin) is not DebuggerOrigin
             or (pending.command_set << 8) | pending.command in READ_REPLIES
-            or vm_id in self.bridge.watch
+            or (vm_id in self.bridge.watch and not self.bridge.lane_reply(vm_id, b9 | b10))
         ):
             return None
         consumer = self.consumers.by_id.get(pending.origin.debugger)
@@ -280,7 +280,7 @@ class Router:
         if relayed is not None:
             return [relayed]
         decoder = self._decoder
-        if not self.pieces.busy and not decoder.buffered and len(data) >= 11:
+        if self.pieces.relay is None and not decoder.held and len(data) >= 11:
             # The common case on the relay path: exactly one whole small packet.
             length, packet_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
             if length == len(data) <= self.stream_threshold:
@@ -475,14 +475,14 @@ class Router:
             or not consumer.debugging
             or not self.ready
             or len(data) < 11
-            or consumer.decoder.buffered
+            or consumer.decoder.held
         ):
             return None
         length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
         if length != len(data) or length > self.max_packet or flags != 0:
             return None
-        several = OFF_LANE.get((command_set << 8) | command)
-        if several is not None and (not several or self.attached_count != 1):
+        off = OFF_LANE.get((command_set << 8) | command)
+        if off is not None and (off == SLOW or self.attached_count != 1):
             return None
         ids = self.ids
         vm_id = ids.next_free()
@@ -490,6 +490,8 @@ class Router:
         if send is not None:
             self.lane_sent = send(packet)
         ids.record_relayed(vm_id, consumer.origin, packet_id, command_set, command)
+        if off == RECORDED:  # a debugger alone: the bridge's ledger sees it all the same
+            self.bridge.lane_record(number, command, vm_id)
         consumer.packets_in += 1
         consumer.bytes_in += length
         self.packets_to_vm += 1

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection, Outbox
-from ddmd.drive.relaythreads import Poller, read_socket, run_in_thread, step_lock
+from ddmd.drive.relaythreads import Poller, plain_socket, read_socket, run_in_thread, step_lock
 from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
 from ddmd.protocol.errors import RemoteProtocolError
@@ -112,6 +112,25 @@ async def test_a_poller_blocked_in_the_kernel_is_woken_at_once_and_for_good() ->
             poller.close()
             sock.close()
             peer.close()
+
+
+async def test_plain_socket_is_the_standard_library_socket_under_trio_s() -> None:
+    sock, peer = socket_pair()
+    plain = plain_socket(sock)
+    try:
+        assert type(plain) is socket.socket  # its fileno is a C call: no trio frame
+        assert plain.fileno() == sock.fileno() >= 0
+        peer.sendall(b"hi")
+        assert read_socket(plain, 10) == b"hi"
+        sock.close()  # trio closes it: the thread sees a closed socket, never a stale number
+        assert plain.fileno() == -1
+        with pytest.raises(OSError):
+            read_socket(plain, 10)
+    finally:
+        peer.close()
+    # Anything else (a trio that no longer keeps ``_sock``) is used as it is.
+    other = SimpleNamespace(fileno=lambda: 5)
+    assert plain_socket(other) is other  # type: ignore[arg-type]
 
 
 async def test_a_closed_socket_is_an_error_not_another_sockets_bytes() -> None:

@@ -394,6 +394,30 @@ def test_split_anywhere(plist, cuts):
 @given(
     st.lists(packets, max_size=6),
     st.lists(st.integers(0, 4000), max_size=10),
+    st.sampled_from([None, 11, 40]),
+    st.booleans(),
+)
+def test_held_is_empty_exactly_when_nothing_is_buffered(plist, cuts, threshold, handshake):
+    # The relay lane tests ``held`` for "nothing buffered" (router.py): after every event and
+    # every feed it must say what ``buffered`` says.
+    stream = (HANDSHAKE if handshake else b"") + b"".join(encode(p) for p in plist)
+    points = sorted({min(c, len(stream)) for c in cuts})
+    decoder = PacketDecoder(stream_threshold=threshold, expect_handshake=handshake)
+    prev = 0
+    for point in [*points, len(stream)]:
+        if point > prev:
+            decoder.receive_data(stream[prev:point])
+            assert bool(decoder.held) == (decoder.buffered > 0)
+        while decoder.next_event() is not NEED_DATA:
+            assert bool(decoder.held) == (decoder.buffered > 0)
+        prev = point
+    assert decoder.buffered == 0
+    assert not decoder.held
+
+
+@given(
+    st.lists(packets, max_size=6),
+    st.lists(st.integers(0, 4000), max_size=10),
     st.integers(11, 64),
 )
 def test_split_anywhere_streaming(plist, cuts, threshold):

@@ -24,12 +24,20 @@ from ddmd.protocol.jdwp import (
     VirtualMachineCommand,
     encode,
 )
+from ddmd.session import lanes
 from ddmd.session.bridge import BRIDGED, SHARED_VIEW
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
-from ddmd.session.inputs import DebuggerBytes, DebuggerJoined, VmBytes, VmConnected
+from ddmd.session.inputs import (
+    DebuggerBytes,
+    DebuggerJoined,
+    DebuggerLeft,
+    VmBytes,
+    VmConnected,
+)
 from ddmd.session.lanes import (
     OFF_LANE,
     READ_REPLIES,
+    RECORDED_KEYS,
     SHARED_KEYS,
     SLOW_KEYS,
     SLOW_LANE,
@@ -155,6 +163,8 @@ PLAYBOOKS: dict[tuple[int, int | None], str] = {
     ID_SIZES: "test_id_sizes_is_asked_once_and_then_answered_from_the_cache",
     SUSPEND: "test_vm_suspend_is_recorded_in_the_ledger",
     RESUME: "test_vm_resume_of_nothing_held_by_the_sender_is_answered_here",
+    # and, for both, with one debugger:
+    # test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledger_sees_them
     EXIT: "test_exit_is_logged_with_the_debuggers_it_ends",
     HOLD: "test_hold_and_release_events_are_answered_here_per_debugger",
     RELEASE: "test_hold_and_release_events_are_answered_here_per_debugger",
@@ -195,8 +205,12 @@ def test_the_bridge_s_commands_and_the_router_s_keys_come_from_the_one_table() -
     # The router's one lookup says the same, key by key: every command of a slow set and every
     # slow key always off the lane, the shared view only with several debuggers.
     whole_sets = {(cs << 8) | c for cs in SLOW_SETS for c in range(256)}
-    assert {k for k, several in OFF_LANE.items() if not several} == whole_sets | SLOW_KEYS
-    assert {k for k, several in OFF_LANE.items() if several} == SHARED_KEYS
+    assert {k for k, off in OFF_LANE.items() if off == lanes.SLOW} == whole_sets | SLOW_KEYS
+    assert {k for k, off in OFF_LANE.items() if off != lanes.SLOW} == SHARED_KEYS
+    # Recorded by the bridge on the lane: VM.Suspend and VM.Resume, and nothing else.
+    assert {k for k, off in OFF_LANE.items() if off == lanes.RECORDED} == RECORDED_KEYS
+    assert {(k >> 8, k & 0xFF) for k in RECORDED_KEYS} == {SUSPEND, RESUME}
+    assert RECORDED_KEYS <= SHARED_KEYS
     # The caches' replies are read, so their commands are on the slow lane too.
     assert READ_REPLIES <= SLOW_KEYS
     # What the issue names stays off the table.
@@ -354,10 +368,94 @@ def test_vm_suspend_is_recorded_in_the_ledger() -> None:
         << SLOW
         << SendToVm(cmd(2, SUSPEND))
         >> VmBytes(reply(2))
-        << SLOW
+        << FAST  # the VM carried it out: nothing in the reply is for the bridge
         << SendToDebugger(1, reply(3))
     )
     assert (h.bridge.held_by(1), h.bridge.held_by(2)) == (1, 0)
+    assert h.bridge.watch == {}
+
+
+def test_a_vm_suspend_the_vm_refused_leaves_the_ledger_as_it_was() -> None:
+    for debuggers in ((1, 2), (1,)):
+        h = ready(*debuggers)
+        lane = SLOW if len(debuggers) > 1 else FAST
+        assert (
+            h.book()
+            >> DebuggerBytes(1, cmd(3, SUSPEND))
+            << lane
+            << SendToVm(cmd(2, SUSPEND))
+            >> VmBytes(reply(2, error=112))  # VM_DEAD
+            << SLOW  # the bridge reads a refusal
+            << SendToDebugger(1, reply(3, error=112))
+        )
+        assert h.bridge.held_by(1) == 0, debuggers
+        assert h.bridge.watch == {}
+
+
+def test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledger_sees_them() -> (
+    None
+):
+    h = ready(1)
+    assert (
+        h.book()
+        >> DebuggerBytes(1, cmd(3, SUSPEND))
+        << FAST
+        << SendToVm(cmd(2, SUSPEND))
+        >> VmBytes(reply(2))
+        << FAST
+        << SendToDebugger(1, reply(3))
+        >> DebuggerBytes(1, cmd(4, SUSPEND))
+        << FAST
+        << SendToVm(cmd(3, SUSPEND))
+        >> VmBytes(reply(3))
+        << FAST
+        << SendToDebugger(1, reply(4))
+    )
+    assert h.bridge.held_by(1) == 2  # as the slow lane would have recorded
+    assert (
+        h.book()
+        >> DebuggerBytes(1, cmd(5, RESUME))
+        << FAST
+        << SendToVm(cmd(4, RESUME))
+        >> VmBytes(reply(4))
+        << FAST
+        << SendToDebugger(1, reply(5))
+    )
+    assert h.bridge.held_by(1) == 1
+    # A second debugger arrives: the ledger knows debugger 1 holds the VM, so the second one's
+    # Resume, which balances nothing of its own, is answered here and the VM stays suspended.
+    assert (
+        h.book()
+        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> DebuggerBytes(2, HANDSHAKE)
+        << SLOW
+        << SendToDebugger(2, HANDSHAKE)
+        >> DebuggerBytes(2, cmd(7, RESUME))
+        << SLOW
+        << SendToDebugger(2, reply(7))
+    )
+    assert (h.bridge.held_by(1), h.bridge.held_by(2)) == (1, 0)
+
+
+def test_a_lane_suspend_is_released_when_its_debugger_leaves_others_behind() -> None:
+    h = ready(1)
+    assert (
+        h.book()
+        >> DebuggerBytes(1, cmd(3, SUSPEND))
+        << FAST
+        << SendToVm(cmd(2, SUSPEND))
+        >> VmBytes(reply(2))
+        << FAST
+        << SendToDebugger(1, reply(3))
+        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> DebuggerBytes(2, HANDSHAKE)
+        << SLOW
+        << SendToDebugger(2, HANDSHAKE)
+        >> DebuggerLeft(1, "closed")
+        << CloseDebugger(1, "left")
+        << SendToVm(cmd(3, RESUME))  # what debugger 1 held is let go; debugger 2 held nothing
+    )
+    assert h.bridge.held_by(1) == 0
 
 
 def test_vm_resume_of_nothing_held_by_the_sender_is_answered_here() -> None:
@@ -420,7 +518,7 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
-        << SLOW
+        << FAST  # a Suspend carried out: its reply is not read
         << SendToDebugger(1, reply(3))
     )
     assert h.bridge.held_by(1) == 1
@@ -446,7 +544,7 @@ def test_suspend_count_is_the_sender_s_own() -> None:
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
-        << SLOW
+        << FAST  # a Suspend carried out: its reply is not read
         << SendToDebugger(1, reply(3))
         >> DebuggerBytes(2, cmd(1, T_COUNT, tid(T1)))
         << SLOW
@@ -457,7 +555,7 @@ def test_suspend_count_is_the_sender_s_own() -> None:
     )
 
 
-SHARED = sorted(SHARED_KEYS)
+SHARED = sorted(SHARED_KEYS - RECORDED_KEYS)  # VM.Suspend and Resume have Playbooks of their own
 
 
 @pytest.mark.parametrize("key", SHARED, ids=lambda k: f"{k >> 8}/{k & 0xFF}")
@@ -481,7 +579,7 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
-        << SLOW
+        << FAST  # a Suspend carried out: its reply is not read
         << SendToDebugger(1, reply(3))
         >> DebuggerBytes(2, cmd(4, command, body))
         << SLOW
