@@ -919,3 +919,16 @@ def test_front_one_mistake_is_reported_once():
     with pytest.raises(ConfigError) as info:
         parse({"front": {"port": "x"}, "debugger": {"current_port": 5038}})
     assert [p.key for p in info.value.problems] == ["front.port"]
+
+
+def test_relay_spin_is_sixty_microseconds_by_default_and_bounded():
+    assert parse_config({}, source="test", env=ENV).debugger.relay_spin_us == 60
+    c = parse_config({"debugger": {"relay_spin_us": 0}}, source="test", env=ENV)
+    assert c.debugger.relay_spin_us == 0  # the thread always sleeps
+    for value in (-1, 1001):
+        expect_error(
+            {"debugger": {"relay_spin_us": value}},
+            "debugger.relay_spin_us",
+            str(value),
+            "between 0 and 1000",
+        )

@@ -233,6 +233,7 @@ def parse_config(
         forget_after_days=d.get(d.integer, "forget_after_days", minimum=1),
         max_per_vm=d.get(d.integer, "max_per_vm", minimum=1, maximum=64),
         relay_threads=_relay_threads(d),
+        relay_spin_us=d.get(d.integer, "relay_spin_us", minimum=0, maximum=1000),
     )
 
     c = sec["control"]

@@ -112,6 +112,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "forget_after_days": 30,
                 "max_per_vm": 4,
                 "relay_threads": True,
+                "relay_spin_us": 60,
             }
         ),
         "control": MappingProxyType(
@@ -315,6 +316,7 @@ class DebuggerConfig:
     forget_after_days: int  # ports.json entries of apps not seen for this long are dropped
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
     relay_threads: bool = True  # a VM with debuggers is relayed by a thread (drive/threadlane.py)
+    relay_spin_us: int = 60  # how long that thread polls for a reply before it sleeps (0: never)
 
 
 @dataclass(frozen=True, slots=True)

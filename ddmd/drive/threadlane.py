@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection, Outbox
-from ddmd.drive.relaythreads import AnySocket, Poller, plain_socket, run_in_thread, step_lock
+from ddmd.drive.relaythreads import (
+    AnySocket,
+    Looking,
+    Poller,
+    plain_socket,
+    run_in_thread,
+    step_lock,
+)
 from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.protocol.errors import RemoteProtocolError
@@ -88,6 +96,7 @@ class ThreadLane:
         self._log = log
         self.counts = LaneCounts()
         self.applies = True  # [debugger] relay_threads
+        self.spin_ns = 0  # [debugger] relay_spin_us, in ns (see `_loop`)
         self._poller: Poller | None = None  # while the thread runs
         self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
         self._relay_vm: Callable[[bytes, Callable[[int, bytes], object]], SendToDebugger | None]
@@ -192,8 +201,16 @@ class ThreadLane:
         vm_fd = vm_sock.fileno()
         wait, members, debuggers = poller.wait, self._members, self._debuggers
         vm_read, debugger_read = self._vm_read, self._debugger_read
+        looking = Looking(self.spin_ns)
+        expect = False  # a debugger's read just went to the VM: its reply is due
         while True:
-            ready = wait()
+            if expect:
+                began = _now_ns()
+                ready = wait(looking.budget)
+                looking.took(_now_ns() - began)
+                expect = False
+            else:
+                ready = wait()
             if ready is None:
                 return None
             # Whether the event loop ran meanwhile (a hand-over): debuggers may have left.
@@ -222,6 +239,7 @@ class ThreadLane:
                     handed = debugger_read(member, clock)
                     if handed is None and not debuggers:
                         return None
+                expect = looking.on
                 if handed is None:
                     continue
                 handed_over = True
@@ -355,6 +373,7 @@ class ThreadLane:
 
 
 _read = os.read
+_now_ns = time.monotonic_ns
 
 #: What the relay lane's ``send`` says when the packet's receiver is gone.
 _GONE = object()

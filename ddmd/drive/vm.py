@@ -194,6 +194,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._write_now = self._writes.write_now
         self._lane = ThreadLane(self._session, self._writes, log=self._act)
         self._lane.applies = config.debugger.relay_threads
+        self._lane.spin_ns = config.debugger.relay_spin_us * 1000
         self._port_key: str | None = None
         self._debugger_port: int | None = None
         self._timeouts = 0

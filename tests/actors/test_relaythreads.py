@@ -13,7 +13,14 @@ import pytest
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection, Outbox
-from ddmd.drive.relaythreads import Poller, plain_socket, read_socket, run_in_thread, step_lock
+from ddmd.drive.relaythreads import (
+    Looking,
+    Poller,
+    plain_socket,
+    read_socket,
+    run_in_thread,
+    step_lock,
+)
 from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
 from ddmd.protocol.errors import RemoteProtocolError
@@ -108,6 +115,60 @@ async def test_a_poller_blocked_in_the_kernel_is_woken_at_once_and_for_good() ->
             assert poller.woken
             peer.sendall(b"later")
             assert poller.wait() is None  # woken for good
+        finally:
+            poller.close()
+            sock.close()
+            peer.close()
+
+
+def test_looking_for_replies_stops_when_one_is_late_and_starts_after_three_quick_ones() -> None:
+    us = 1000
+    looking = Looking(60 * us)
+    assert looking.on
+    assert looking.budget == 60 * us  # a thread starts out looking
+    looking.took(20 * us)
+    assert looking.budget == 60 * us  # the reply came while it looked
+    looking.took(61 * us)
+    assert looking.budget == 0  # it did not: the thread sleeps from now on
+    # A VM behind adb: most replies take 70-150 us, a few are there at once.
+    for took in (90, 3, 120, 2, 3, 100, 40, 41):
+        looking.took(took * us)
+        assert looking.budget == 0, took
+    # Three in a row within two thirds of the budget (40 us): it looks again.
+    for took in (25, 30):
+        looking.took(took * us)
+        assert looking.budget == 0
+    looking.took(40 * us)
+    assert looking.budget == 60 * us
+    # Configured off: never.
+    off = Looking(0)
+    assert not off.on
+    for took in (0, 1, 0, 0):
+        off.took(took)
+        assert off.budget == 0
+
+
+async def test_a_wait_that_looks_returns_what_comes_meanwhile_and_then_sleeps() -> None:
+    with trio.fail_after(CAP):
+        sock, peer = socket_pair()
+        poller = Poller()
+        poller.add(sock.fileno())
+        try:
+            peer.send(b"x")
+            assert poller.wait(50_000_000) == [sock.fileno()]  # there while it looked
+            assert read_socket(sock, 10) == b"x"
+
+            def later() -> None:
+                time.sleep(0.05)  # well after a 1 ms look: found by the sleeping wait
+                peer.send(b"y")
+
+            helper = threading.Thread(target=later)
+            helper.start()
+            assert await trio.to_thread.run_sync(poller.wait, 1_000_000) == [sock.fileno()]
+            helper.join()
+            assert read_socket(sock, 10) == b"y"
+            poller.wake()
+            assert poller.wait(1_000_000) is None  # woken: no looking, no waiting
         finally:
             poller.close()
             sock.close()
