@@ -161,19 +161,23 @@ class Looking:
     answer a small command, so looking for the reply (epoll with no timeout, in a loop) roughly
     halves the relay's added latency for a VM on this machine, for about the CPU it saves in
     wake-ups. A VM behind adb answers in 70-150 us: looking for that long would cost CPU, and on a
-    machine of two cores it slows the adb server that must answer. So the thread looks while
-    replies come within the time it looks, stops at the first that does not, and starts again
-    only after `STREAK` replies in a row came, while it slept, within two thirds of that time
-    (replies that happen to be there at once, when the thread was late, are not enough)."""
+    machine of two cores it slows the adb server that must answer.
 
-    STREAK = 3
+    So a score says when: a reply found while looking adds one, one that was not takes two; a
+    reply that came while the thread slept adds one when it came within two thirds of the budget
+    (one that came later takes one). The thread looks while the score is at least `LOOK_AT`
+    (out of `TOP`). A local VM's odd late reply does not stop the looking; behind adb, where a
+    reply is there at once only now and then (the thread was late), it never starts."""
+
+    TOP = 4
+    LOOK_AT = 2
 
     def __init__(self, spin_ns: int) -> None:
         self.spin_ns = spin_ns
         self.on = spin_ns > 0  # looking is configured at all
         self._enter_ns = spin_ns * 2 // 3
-        self._looking = self.on  # a thread starts out looking
-        self._streak = 0
+        self._score = self.TOP if self.on else 0  # a thread starts out looking
+        self._looking = self.on
 
     @property
     def budget(self) -> int:
@@ -182,12 +186,15 @@ class Looking:
 
     def took(self, ns: int) -> None:
         """The wait for a reply lasted ``ns``."""
+        if not self.on:
+            return
+        score = self._score
         if self._looking:
-            self._looking = ns <= self.spin_ns
-            self._streak = 0
-        elif self.on:
-            self._streak = self._streak + 1 if ns <= self._enter_ns else 0
-            self._looking = self._streak >= self.STREAK
+            score = score + 1 if ns <= self.spin_ns else score - 2
+        else:
+            score = score + 1 if ns <= self._enter_ns else score - 1
+        self._score = score = min(self.TOP, max(0, score))
+        self._looking = score >= self.LOOK_AT
 
 
 def read_socket(sock: AnySocket, size: int) -> bytes | None:
