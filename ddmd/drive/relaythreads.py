@@ -155,19 +155,22 @@ def plain_socket(sock: trio.socket.SocketType) -> AnySocket:
 class Looking:
     """When a relay thread looks for a VM's reply without sleeping (``[debugger]
     relay_spin_us``), and for how long: ``Poller.wait(budget)`` after a debugger's command went
-    to the VM, then ``took`` with how long that wait lasted.
+    to the VM, then ``took`` with how long that wait lasted and how long since the command was
+    read.
 
     Why: a thread asleep in epoll is woken in some 15 us here, about what a local JVM takes to
-    answer a small command, so looking for the reply (epoll with no timeout, in a loop) roughly
-    halves the relay's added latency for a VM on this machine, for about the CPU it saves in
-    wake-ups. A VM behind adb answers in 70-150 us: looking for that long would cost CPU, and on a
-    machine of two cores it slows the adb server that must answer.
+    answer a small command, so looking for the reply (epoll with no timeout, in a loop) cuts most
+    of the relay's added latency for a VM on this machine, for about the CPU it saves in
+    wake-ups. The driver sets it only for a VM it reaches directly: behind adb the reply comes
+    through the adb server and the device, later than any budget (70-150 us here, far more over
+    USB), and even the bookkeeping of the score measurably slowed that path.
 
-    So a score says when: a reply found while looking adds one, one that was not takes two; a
-    reply that came while the thread slept adds one when it came within two thirds of the budget
-    (one that came later takes one). The thread looks while the score is at least `LOOK_AT`
-    (out of `TOP`). A local VM's odd late reply does not stop the looking; behind adb, where a
-    reply is there at once only now and then (the thread was late), it never starts."""
+    A score says when: a reply found while looking adds one, one that was not takes two; while
+    the thread slept, a reply adds one when it came within five quarters of the budget after the
+    command was read, and takes one if later (the time since the read, not the wait: a thread put
+    aside right after its write finds the reply there at once). The thread looks while the score
+    is at least `LOOK_AT` (out of `TOP`). A local VM's odd late reply does not stop the looking;
+    a VM that got slow (a remote one, or one busy in a GC) soon has the thread sleep again."""
 
     TOP = 4
     LOOK_AT = 2
@@ -175,7 +178,7 @@ class Looking:
     def __init__(self, spin_ns: int) -> None:
         self.spin_ns = spin_ns
         self.on = spin_ns > 0  # looking is configured at all
-        self._enter_ns = spin_ns * 2 // 3
+        self._enter_ns = spin_ns * 5 // 4  # since the command's read: the thread's own work too
         self._score = self.TOP if self.on else 0  # a thread starts out looking
         self._looking = self.on
 
@@ -184,15 +187,18 @@ class Looking:
         """How long the next wait for a reply looks before it sleeps (ns; 0: it sleeps)."""
         return self.spin_ns if self._looking else 0
 
-    def took(self, ns: int) -> None:
-        """The wait for a reply lasted ``ns``."""
+    def took(self, waited: int, since_read: int) -> None:
+        """The reply came: the wait for it lasted ``waited`` ns, and ``since_read`` ns passed
+        since the command was read (the thread's own work included, and any time it was not
+        running: a thread put aside right after its write finds the reply there at once, so
+        only this says how long the VM took)."""
         if not self.on:
             return
         score = self._score
         if self._looking:
-            score = score + 1 if ns <= self.spin_ns else score - 2
+            score = score + 1 if waited <= self.spin_ns else score - 2
         else:
-            score = score + 1 if ns <= self._enter_ns else score - 1
+            score = score + 1 if since_read <= self._enter_ns else score - 1
         self._score = score = min(self.TOP, max(0, score))
         self._looking = score >= self.LOOK_AT
 

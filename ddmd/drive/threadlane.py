@@ -203,11 +203,13 @@ class ThreadLane:
         vm_read, debugger_read = self._vm_read, self._debugger_read
         looking = Looking(self.spin_ns)
         expect = False  # a debugger's read just went to the VM: its reply is due
+        read_at = 0  # when that read began
         while True:
             if expect:
                 began = _now_ns()
                 ready = wait(looking.budget)
-                looking.took(_now_ns() - began)
+                came = _now_ns()
+                looking.took(came - began, came - read_at)
                 expect = False
             else:
                 ready = wait()
@@ -231,6 +233,8 @@ class ThreadLane:
                         if reason is not None:
                             return reason
                     continue
+                if looking.on:
+                    read_at = _now_ns()
                 with lock:
                     member = members.get(fd)
                     if member is None:

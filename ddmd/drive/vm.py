@@ -194,7 +194,9 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._write_now = self._writes.write_now
         self._lane = ThreadLane(self._session, self._writes, log=self._act)
         self._lane.applies = config.debugger.relay_threads
-        self._lane.spin_ns = config.debugger.relay_spin_us * 1000
+        # Looking for a reply before sleeping (relaythreads.Looking) pays only when replies are
+        # quick: never behind adb (an adb server, a device daemon and USB or TCP in between).
+        self._lane.spin_ns = config.debugger.relay_spin_us * 1000 if source == "tcp" else 0
         self._port_key: str | None = None
         self._debugger_port: int | None = None
         self._timeouts = 0

@@ -752,3 +752,20 @@ async def test_a_vm_that_stops_reading_ends_its_connection_with_no_debugger_atta
     (failed,) = [e for e in logs if e["event"] == "vm.send_failed"]
     assert failed["waited"] == 3.0
     assert [e for e in logs if e["event"] == "vm.disconnected"], reason
+
+
+def test_the_relay_thread_looks_for_replies_only_on_a_vm_ddmd_reaches_directly() -> None:
+    """``[debugger] relay_spin_us`` applies to a VM found by the scan; behind adb the replies
+    come through the adb server and the device, later than any look, so the thread sleeps."""
+    config = make_config(debugger={"relay_spin_us": 45})
+    spins = {
+        source: VmDriver(
+            vm_id=VM_ID,
+            source=source,
+            address="127.0.0.1:8000",
+            config=config,
+            registry=VmRegistry(),
+        )._lane.spin_ns
+        for source in ("tcp", "adb")
+    }
+    assert spins == {"tcp": 45_000, "adb": 0}

@@ -127,29 +127,30 @@ def test_looking_for_replies_goes_by_how_soon_they_came() -> None:
     assert looking.on
     assert looking.budget == 60 * us  # a thread starts out looking
     # A local VM: most replies come while the thread looks; an odd late one does not stop it.
-    for took in (20, 15, 90, 18, 25, 70, 22, 20):
-        looking.took(took * us)
-        assert looking.budget == 60 * us, took
-    # Two late ones in a row (the VM got slow, or it is behind adb now): the thread sleeps.
-    looking.took(80 * us)
+    for waited in (20, 15, 90, 18, 25, 70, 22, 20):
+        looking.took(waited * us, (waited + 20) * us)
+        assert looking.budget == 60 * us, waited
+    # Two late ones in a row (the VM got slow): the thread sleeps.
+    looking.took(80 * us, 100 * us)
     assert looking.budget == 60 * us
-    looking.took(95 * us)
+    looking.took(95 * us, 115 * us)
     assert looking.budget == 0
-    # A VM behind adb: most replies take 70-150 us; a few are there at once (the thread was
-    # late), and those alone never start the looking again.
-    for took in (90, 3, 120, 2, 100, 130, 20, 110, 85, 5, 140, 2, 90):
-        looking.took(took * us)
-        assert looking.budget == 0, took
-    # Replies within two thirds of the budget (40 us) while it slept: it looks again.
-    looking.took(25 * us)
+    # Replies that take 90-150 us from the command's read. Some find the thread late, there at
+    # once when it waits: those say nothing, the time since the read counts.
+    for waited, since_read in ((70, 90), (3, 120), (90, 110), (2, 95), (30, 130), (1, 140)):
+        looking.took(waited * us, since_read * us)
+        assert looking.budget == 0, (waited, since_read)
+    # Replies within 75 us of the read (five quarters of the budget) while it slept: it looks
+    # again after two.
+    looking.took(30 * us, 50 * us)
     assert looking.budget == 0
-    looking.took(40 * us)
+    looking.took(40 * us, 75 * us)
     assert looking.budget == 60 * us
     # Configured off: never.
     off = Looking(0)
     assert not off.on
-    for took in (0, 1, 0, 0):
-        off.took(took)
+    for ns in (0, 1, 0, 0):
+        off.took(ns, ns)
         assert off.budget == 0
 
 
