@@ -44,6 +44,7 @@ from ddmd.session.lanes import (
     SLOW_SETS,
     keys_of,
 )
+from tests.session.playbook import Playbook
 from tests.session.test_bridge import (
     ALL,
     NONE,
@@ -392,44 +393,42 @@ def test_a_vm_suspend_the_vm_refused_leaves_the_ledger_as_it_was() -> None:
         assert h.bridge.watch == {}
 
 
-def test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledger_sees_them() -> (
-    None
-):
-    h = ready(1)
-    assert (
-        h.book()
-        >> DebuggerBytes(1, cmd(3, SUSPEND))
+def alone(playbook: Playbook, their_id: int, vm_id: int, command: tuple[int, int]) -> Playbook:
+    """Debugger 1 sends ``command`` (``their_id``, ``vm_id`` at the VM) and gets the VM's empty
+    reply, both on the fast lane."""
+    return (
+        playbook
+        >> DebuggerBytes(1, cmd(their_id, command))
         << FAST
-        << SendToVm(cmd(2, SUSPEND))
-        >> VmBytes(reply(2))
+        << SendToVm(cmd(vm_id, command))
+        >> VmBytes(reply(vm_id))
         << FAST
-        << SendToDebugger(1, reply(3))
-        >> DebuggerBytes(1, cmd(4, SUSPEND))
-        << FAST
-        << SendToVm(cmd(3, SUSPEND))
-        >> VmBytes(reply(3))
-        << FAST
-        << SendToDebugger(1, reply(4))
+        << SendToDebugger(1, reply(their_id))
     )
-    assert h.bridge.held_by(1) == 2  # as the slow lane would have recorded
-    assert (
-        h.book()
-        >> DebuggerBytes(1, cmd(5, RESUME))
-        << FAST
-        << SendToVm(cmd(4, RESUME))
-        >> VmBytes(reply(4))
-        << FAST
-        << SendToDebugger(1, reply(5))
-    )
-    assert h.bridge.held_by(1) == 1
-    # A second debugger arrives: the ledger knows debugger 1 holds the VM, so the second one's
-    # Resume, which balances nothing of its own, is answered here and the VM stays suspended.
-    assert (
-        h.book()
+
+
+def second_joins(playbook: Playbook) -> Playbook:
+    return (
+        playbook
         >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
         >> DebuggerBytes(2, HANDSHAKE)
         << SLOW
         << SendToDebugger(2, HANDSHAKE)
+    )
+
+
+def test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledger_sees_them() -> (
+    None
+):
+    h = ready(1)
+    assert alone(alone(h.book(), 3, 2, SUSPEND), 4, 3, SUSPEND)
+    assert h.bridge.held_by(1) == 2  # as the slow lane would have recorded
+    assert alone(h.book(), 5, 4, RESUME)
+    assert h.bridge.held_by(1) == 1
+    # A second debugger arrives: the ledger knows debugger 1 holds the VM, so the second one's
+    # Resume, which balances nothing of its own, is answered here and the VM stays suspended.
+    assert (
+        second_joins(h.book())
         >> DebuggerBytes(2, cmd(7, RESUME))
         << SLOW
         << SendToDebugger(2, reply(7))
@@ -440,17 +439,7 @@ def test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledg
 def test_a_lane_suspend_is_released_when_its_debugger_leaves_others_behind() -> None:
     h = ready(1)
     assert (
-        h.book()
-        >> DebuggerBytes(1, cmd(3, SUSPEND))
-        << FAST
-        << SendToVm(cmd(2, SUSPEND))
-        >> VmBytes(reply(2))
-        << FAST
-        << SendToDebugger(1, reply(3))
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)
-        << SLOW
-        << SendToDebugger(2, HANDSHAKE)
+        second_joins(alone(h.book(), 3, 2, SUSPEND))
         >> DebuggerLeft(1, "closed")
         << CloseDebugger(1, "left")
         << SendToVm(cmd(3, RESUME))  # what debugger 1 held is let go; debugger 2 held nothing
