@@ -135,8 +135,8 @@ class IdRewriter:
         return vm_id
 
     def next_free(self) -> int:
-        """The id the next ``allocate_relayed`` hands out (nothing is recorded): the relay lane
-        writes the packet under it, then records it with ``record_relayed``."""
+        """The id the next relayed command gets (nothing is recorded): the relay lane writes the
+        packet under it, then records it with ``record_relayed``."""
         by_id = self._by_id
         if len(by_id) >= self._space - 1:
             raise LocalProtocolError(
@@ -146,15 +146,6 @@ class IdRewriter:
         while vm_id in by_id:  # terminates: at least one id is free
             vm_id = vm_id + 1 if vm_id + 1 < self._space else 1
         self._next = vm_id  # the search is not done again
-        return vm_id
-
-    def allocate_relayed(
-        self, origin: Hashable, original_id: int, command_set: int, command: int
-    ) -> int:
-        """``allocate`` for a command relayed as it came (no deadline), whose fields were just
-        unpacked from a packet header, so they are a u4 and two u1 by construction."""
-        vm_id = self.next_free()
-        self.record_relayed(vm_id, origin, original_id, command_set, command)
         return vm_id
 
     def record_relayed(

@@ -59,10 +59,6 @@ class Pieces:
         # The packet under way (None: none); the relay lane tests it, one attribute read.
         self.relay: _Relay | None = None
 
-    @property
-    def busy(self) -> bool:
-        return self.relay is not None
-
     def reset(self) -> None:
         self.relay = None
 

@@ -82,7 +82,7 @@ def test_exhaustion_raises_local_error():
 
 def test_next_free_is_the_id_the_next_relayed_command_gets_and_changes_nothing():
     """The relay lane asks ``next_free`` to make the packet, writes it, then records it with
-    ``allocate_relayed``: the two agree, skipping outstanding ids and wrapping, and asking
+    ``record_relayed``: the two agree, skipping outstanding ids and wrapping, and asking
     alone records nothing."""
     ids = IdRewriter(id_space=8)
     held = [ids.allocate(JDB, n, 1, 7, None) for n in range(1, 7)]  # 1..6
@@ -90,9 +90,9 @@ def test_next_free_is_the_id_the_next_relayed_command_gets_and_changes_nothing()
     assert ids.next_free() == 7
     assert ids.next_free() == 7  # asking again: the same, nothing recorded
     assert len(ids) == 5
-    assert ids.allocate_relayed(STUDIO, 40, 11, 1) == 7
+    ids.record_relayed(7, STUDIO, 40, 11, 1)
     assert ids.next_free() == 3  # wrapped past 1 and 2, still outstanding
-    assert ids.allocate_relayed(STUDIO, 41, 11, 1) == 3
+    ids.record_relayed(3, STUDIO, 41, 11, 1)
     assert ids.get(3) == Pending(STUDIO, 41, 11, 1, math.inf, 3)
     with pytest.raises(LocalProtocolError, match="exhausted"):
         ids.next_free()
