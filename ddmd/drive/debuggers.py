@@ -31,11 +31,12 @@ from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
 from ddmd.session.commands import Command, Log, SendToDebugger
+from ddmd.session.consumers import DEBUGGER, FRONT, ConsumerKind
 from ddmd.session.inputs import (
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
-    DebuggerNamed,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
+    ConsumerNamed,
     Input,
 )
 from ddmd.session.model import DebuggerSnapshot
@@ -117,7 +118,7 @@ class DebuggerSide:
     ) -> None:
         """Take a socket from the adb front (``ddmd.front.hub.ConsumerTarget``): a consumer of
         this VM that may speak DDM only, or debug too (session/consumers.py)."""
-        self.adopt_debugger(stream, peer, via=via, kind="front", tool=tool)
+        self.adopt_debugger(stream, peer, via=via, kind=FRONT, tool=tool)
 
     def adopt_debugger(
         self,
@@ -125,7 +126,7 @@ class DebuggerSide:
         peer: str,
         *,
         via: str,
-        kind: str = "debugger",
+        kind: ConsumerKind = DEBUGGER,
         tool: str | None = None,
     ) -> None:
         """Take an accepted debugger connection (sync; the driver runs it)."""
@@ -152,7 +153,7 @@ class DebuggerSide:
         outbox.owner = debugger
         self._debuggers[number] = debugger
         self._timer_changed.set()  # the watchdog looks at writes while debuggers are here
-        self._feed(DebuggerJoined(number, via, peer, kind, tool))
+        self._feed(ConsumerJoined(number, via, peer, kind, tool))
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
             if tool is None and isinstance(stream, trio.SocketStream):
@@ -171,7 +172,7 @@ class DebuggerSide:
             return
         debugger.tool = tool
         debugger.pid = found.pid if found is not None else None
-        self._feed(DebuggerNamed(debugger.number, tool))
+        self._feed(ConsumerNamed(debugger.number, tool))
 
     async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
         reason = "debugger closed the connection"
@@ -228,7 +229,7 @@ class DebuggerSide:
         for command in later:
             self._act(command)
         if data is not None:
-            self._feed(DebuggerBytes(debugger.number, data))
+            self._feed(ConsumerBytes(debugger.number, data))
         if self._dirty and not self._write_now():
             debugger.writing = True
             try:
@@ -254,7 +255,7 @@ class DebuggerSide:
         """The debugger's connection is over: tell the session (once) and close it."""
         if not debugger.gone:
             debugger.gone = True
-            self._feed(DebuggerLeft(debugger.number, reason))
+            self._feed(ConsumerLeft(debugger.number, reason))
         debugger.end(reason)
         if self._nursery is not None:
             self._nursery.start_soon(self._close_debugger, debugger, reason)

@@ -43,7 +43,7 @@ from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
-from ddmd.session.inputs import DebuggerBytes, VmBytes
+from ddmd.session.inputs import ConsumerBytes, VmBytes
 
 if TYPE_CHECKING:
     from ddmd.session.router import Router
@@ -328,7 +328,7 @@ class ThreadLane:
             if outbox is None:
                 return self._finish([])  # the VM's connection is gone: dropped
             return self._finish(self._unsent(outbox, relayed, written))
-        item = DebuggerBytes(debugger.number, data)
+        item = ConsumerBytes(debugger.number, data)
         return self._finish(self._session.handle(item, clock.current_time()))
 
     def _send_to_debugger(self, number: int, data: bytes) -> object:

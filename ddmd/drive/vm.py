@@ -8,7 +8,7 @@ then act, with no ``await`` in between).
 Tasks, all in the driver's nursery (one subtree per VM):
 
     VM reader ──VmBytes──▶ session ──SendToDebugger──▶ that debugger's outbox, written at once
-    debugger reader (each) ──DebuggerBytes──▶ session ──SendToVm──▶ the VM outbox, written at once
+    debugger reader (each) ──ConsumerBytes──▶ session ──SendToVm──▶ the VM outbox, written at once
     timer ──Tick at the time the session asked (WakeMeAt)──▶ session
     API call ──Call──▶ session ──Resolve/Reject──▶ the waiting caller
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ddmd.protocol import ddm
 from ddmd.session.commands import Changed, CloseDebugger, Reconnect
-from ddmd.session.inputs import DebuggerJoined
+from ddmd.session.inputs import ConsumerJoined
 
 if TYPE_CHECKING:
     from ddmd.session.vm import VmSession
@@ -35,10 +35,10 @@ class Attachments:
 
     # ------------------------------------------------------------------ debuggers
 
-    def _debugger_joins(self, item: DebuggerJoined, now: float) -> None:
+    def _debugger_joins(self, item: ConsumerJoined, now: float) -> None:
         count = self._s.router.debugger_count()
         # A front socket counts as a debugger only from its first debugger command (router).
-        counted = item.kind == "debugger"
+        counted = item.kind.debugs_from_handshake
         if self._s.state == "closed" or (counted and count >= self._s.settings.max_debuggers):
             holders = self._s.router.holders()
             if self._s.state == "closed":
@@ -56,13 +56,13 @@ class Attachments:
                 holder=", ".join(peer for peer, _ in holders) or None,
                 holder_via=", ".join(via for _, via in holders) or None,
             )
-            self._s._out.append(CloseDebugger(item.debugger, "rejected"))
+            self._s._out.append(CloseDebugger(item.consumer, "rejected"))
             return
         self._s._out += self._s.router.debugger_joined(
-            item.debugger, item.via, item.peer, kind=item.kind, tool=item.tool
+            item.consumer, item.via, item.peer, kind=item.kind, tool=item.tool
         )
         if not self._s.router.ready:
-            self._s._waits[item.debugger] = now + self._s.settings.reconnect
+            self._s._waits[item.consumer] = now + self._s.settings.reconnect
 
     def _attached(self, debugger: int) -> None:
         """A consumer's handshake completed, or it began to debug: it no longer waits for the

@@ -4,14 +4,17 @@ jadx, jdb through an `adb forward`). One record each, one table.
 
 Layer: standard library and ``ddmd.protocol`` only (sans-IO).
 
-Two kinds, one set of rules (``router.py``, ``bridge.py``, ``ddmshare.py``):
+Each consumer has a kind (``ConsumerKind``, one value object: its rules live in it, not in
+branches elsewhere); one set of rules for all (``router.py``, ``bridge.py``, ``ddmshare.py``):
 
-- ``debugger``: a debugger on ddmd's per-VM port or the current-VM port. It counts as a
+- ``DEBUGGER``: a debugger on ddmd's per-VM port or the current-VM port. It counts as a
   debugger from its handshake on (that is why it came).
-- ``front``: a socket from the adb front. It may speak DDM only (ddmlib monitoring a VM),
+- ``FRONT``: a socket from the adb front. It may speak DDM only (ddmlib monitoring a VM),
   which must never make the VM look debugged: ART loads its debugger agent on the first
   non-DDM packet. It counts as a debugger (events, suspensions, ``[debugger] max_per_vm``, the
   release when the last one leaves) from its first non-DDM command on.
+
+A new kind of consumer is one more ``ConsumerKind`` here plus its listener in ``drive/``.
 
 Every consumer that has spoken DDM also gets the VM's own DDM packets (thread notices, heap
 info, names...), as if it held the VM alone.
@@ -23,10 +26,35 @@ from dataclasses import dataclass, field
 
 from ddmd.protocol.jdwp import PacketDecoder
 
-__all__ = ["Consumer", "ConsumerTable", "DebuggerOrigin"]
+__all__ = [
+    "DEBUGGER",
+    "FRONT",
+    "KINDS",
+    "Consumer",
+    "ConsumerKind",
+    "ConsumerTable",
+    "DebuggerOrigin",
+]
 
-DEBUGGER = "debugger"
-FRONT = "front"
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKind:
+    """What kind of consumer a socket is, and every rule that follows from the kind."""
+
+    name: str  # for logs and the API ("debugger", "front")
+    label: str  # for users: what the socket is
+    port_kind: str  # the kind of port it arrives on (``peers.PortKind``)
+    debugs_from_handshake: bool  # False: it debugs only from its first non-DDM command
+
+    def counts(self, debugging: bool) -> bool:
+        """Whether a consumer of this kind counts as a debugger (events, suspensions,
+        ``[debugger] max_per_vm``, the release): from its arrival, or once it debugs."""
+        return self.debugs_from_handshake or debugging
+
+
+DEBUGGER = ConsumerKind("debugger", "a debugger on ddmd's port", "vm_port", True)
+FRONT = ConsumerKind("front", "a client of ddmd's adb front", "front_forward", False)
+KINDS: dict[str, ConsumerKind] = {kind.name: kind for kind in (DEBUGGER, FRONT)}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -44,7 +72,7 @@ class Consumer:
     peer: str
     decoder: PacketDecoder
     origin: DebuggerOrigin
-    kind: str = DEBUGGER
+    kind: ConsumerKind = DEBUGGER
     tool: str | None = None
     attached: bool = False  # its JDWP handshake is done
     debugging: bool = False  # it counts as a debugger (see the module docstring)
@@ -68,7 +96,9 @@ class ConsumerTable:
         self.waiting: list[int] = []  # handshakes held until the VM connection is ready
         self.debugging_count = 0
 
-    def join(self, number: int, via: str, peer: str, kind: str, tool: str | None) -> Consumer:
+    def join(
+        self, number: int, via: str, peer: str, kind: ConsumerKind, tool: str | None
+    ) -> Consumer:
         consumer = Consumer(
             number,
             via,
@@ -105,11 +135,11 @@ class ConsumerTable:
     def counted(self) -> int:
         """Consumers that count against ``[debugger] max_per_vm``: every debugger from its
         arrival, a front socket once it debugs."""
-        return sum(1 for c in self.by_id.values() if c.kind == DEBUGGER or c.debugging)
+        return sum(1 for c in self.by_id.values() if c.kind.counts(c.debugging))
 
     def holders(self) -> list[tuple[str, str]]:
         """(peer, via) of every counted consumer, attached or still in its handshake."""
-        return [(c.peer, c.via) for c in self.by_id.values() if c.kind == DEBUGGER or c.debugging]
+        return [(c.peer, c.via) for c in self.by_id.values() if c.kind.counts(c.debugging)]
 
     def peers(self) -> list[str]:
         """``PEER via PORT-KIND`` of every attached consumer (tool name first, when known)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddmd.session.consumers import DEBUGGER, ConsumerKind
+
 
 @dataclass(frozen=True, slots=True)
 class VmConnected:
@@ -34,36 +36,37 @@ class VmClosed:
 
 
 @dataclass(frozen=True, slots=True)
-class DebuggerJoined:
-    """A debugger connection was accepted (nothing read yet): ``debugger`` is the driver's id
-    for it, ``via`` the kind of port ("vm-port", "current"), ``peer`` its address."""
+class ConsumerJoined:
+    """A consumer's connection was accepted (nothing read yet): ``consumer`` is the driver's id
+    for it, ``via`` the kind of port ("vm-port", "current", "front"), ``peer`` its address,
+    ``kind`` what it is (``consumers.ConsumerKind``: a debugger, or a socket of the adb front)."""
 
-    debugger: int
+    consumer: int
     via: str
     peer: str
-    kind: str = "debugger"  # or "front": a socket handed over by the adb front
+    kind: ConsumerKind = DEBUGGER
     tool: str | None = None  # the program on the other end, when known ("Android Studio")
 
 
 @dataclass(frozen=True, slots=True)
-class DebuggerNamed:
-    """The program on the other end of a debugger's connection was found (its command line)."""
+class ConsumerNamed:
+    """The program on the other end of a consumer's connection was found (its command line)."""
 
-    debugger: int
+    consumer: int
     tool: str
 
 
-@dataclass(slots=True)  # made per packet, as VmBytes
-class DebuggerBytes:
-    debugger: int
-    data: bytes  # b"": the debugger closed its side
+@dataclass(slots=True)  # made per packet: not frozen (see VmBytes)
+class ConsumerBytes:
+    consumer: int
+    data: bytes  # b"": the consumer closed its side
 
 
 @dataclass(frozen=True, slots=True)
-class DebuggerLeft:
-    """The debugger's connection is gone (closed, broken, or dropped by the driver)."""
+class ConsumerLeft:
+    """The consumer's connection is gone (closed, broken, or dropped by the driver)."""
 
-    debugger: int
+    consumer: int
     reason: str
 
 
@@ -165,10 +168,10 @@ Input = (
     VmConnected
     | VmBytes
     | VmClosed
-    | DebuggerJoined
-    | DebuggerBytes
-    | DebuggerNamed
-    | DebuggerLeft
+    | ConsumerJoined
+    | ConsumerBytes
+    | ConsumerNamed
+    | ConsumerLeft
     | Tick
     | Call
 )

@@ -37,7 +37,7 @@ from ddmd.protocol.jdwp import (
 )
 from ddmd.session.bridge import BRIDGED
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger
-from ddmd.session.consumers import DEBUGGER, Consumer
+from ddmd.session.consumers import Consumer
 
 if TYPE_CHECKING:
     from ddmd.session.router import Router
@@ -124,7 +124,7 @@ class Intake:
             SendToDebugger(number, HANDSHAKE),
             Log("debugger.attached", fields=fields),
         ]
-        if consumer.kind == DEBUGGER:
+        if consumer.kind.debugs_from_handshake:
             out += self._start_debugging(consumer)
         return out
 

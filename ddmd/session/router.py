@@ -58,7 +58,7 @@ from ddmd.protocol.jdwp import (
 )
 from ddmd.session.bridge import BRIDGE_ORIGIN, Bridge
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
-from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerTable, DebuggerOrigin
+from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerKind, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
 from ddmd.session.intake import Intake
 from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
@@ -445,7 +445,13 @@ class Router:
     # ------------------------------------------------------------------ consumers
 
     def debugger_joined(
-        self, debugger: int, via: str, peer: str, *, kind: str = DEBUGGER, tool: str | None = None
+        self,
+        debugger: int,
+        via: str,
+        peer: str,
+        *,
+        kind: ConsumerKind = DEBUGGER,
+        tool: str | None = None,
     ) -> list[Command]:
         self.consumers.join(debugger, via, peer, kind, tool)
         return []

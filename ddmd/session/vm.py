@@ -53,10 +53,10 @@ from ddmd.session.ddmshare import DdmShare, Switch
 from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
 from ddmd.session.inputs import (
     Call,
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
-    DebuggerNamed,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
+    ConsumerNamed,
     Input,
     Tick,
     VmBytes,
@@ -132,7 +132,7 @@ class VmSession:
         #   would return, made without the general path's cost; otherwise None and nothing
         #   changed.
         # - relay_debugger(number, data, send=None): bytes from a debugger, when they are one
-        #   whole command no rule answers or reads: the one command ``handle(DebuggerBytes(
+        #   whole command no rule answers or reads: the one command ``handle(ConsumerBytes(
         #   number, data), now)`` would return; otherwise None and nothing changed.
         # ``send`` writes the packet before the bookkeeping (``Router.relay_from_vm``).
         self.relay_vm = self.router.relay_from_vm
@@ -187,13 +187,13 @@ class VmSession:
                 # (no reply, push or deadline) changed, so calls, polls and timers stand.
                 self._out = []
                 return out
-        elif isinstance(item, DebuggerBytes):
-            commands, leaving = self.router.debugger_data(item.debugger, item.data)
+        elif isinstance(item, ConsumerBytes):
+            commands, leaving = self.router.debugger_data(item.consumer, item.data)
             out += commands
             if leaving is not None:
-                self.attach._debugger_leaves(item.debugger, leaving, now)
+                self.attach._debugger_leaves(item.consumer, leaving, now)
             elif self.router.attached_count > attached_before:
-                self.attach._attached(item.debugger)
+                self.attach._attached(item.consumer)
             elif self.router.handshakes > handshakes_before:
                 self._out.append(Changed())  # a consumer that speaks DDM only, listed now
             elif not self._touched:
@@ -205,15 +205,15 @@ class VmSession:
             self.calls._call(item, now)
         elif isinstance(item, VmConnected):
             self._connected(item, now)
-        elif isinstance(item, DebuggerJoined):
+        elif isinstance(item, ConsumerJoined):
             self.attach._debugger_joins(item, now)
-        elif isinstance(item, DebuggerNamed):
-            consumer = self.router.consumers.by_id.get(item.debugger)
+        elif isinstance(item, ConsumerNamed):
+            consumer = self.router.consumers.by_id.get(item.consumer)
             if consumer is not None:
                 consumer.tool = item.tool
                 self._out.append(Changed())
-        elif isinstance(item, DebuggerLeft):
-            self.attach._debugger_leaves(item.debugger, item.reason, now)
+        elif isinstance(item, ConsumerLeft):
+            self.attach._debugger_leaves(item.consumer, item.reason, now)
         elif isinstance(item, VmClosed):
             self._closed(item.reason)
         else:
@@ -418,7 +418,7 @@ class VmSession:
         for debugger, deadline in list(self._waits.items()):
             if now >= deadline:
                 del self._waits[debugger]
-                self.router.debugger_left(debugger)  # closed here: no DebuggerLeft will follow
+                self.router.debugger_left(debugger)  # closed here: no ConsumerLeft will follow
                 self._log(
                     "debugger.rejected",
                     "warning",

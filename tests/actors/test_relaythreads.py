@@ -25,7 +25,7 @@ from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
 from ddmd.protocol.errors import RemoteProtocolError
 from ddmd.session.commands import Changed, Command, Log, SendToDebugger, SendToVm
-from ddmd.session.inputs import DebuggerBytes
+from ddmd.session.inputs import ConsumerBytes
 
 CAP = 10
 
@@ -289,7 +289,7 @@ class _Session:
     def relay_vm(self, data: bytes, send: Any = None) -> None:
         return None  # this test's VM sends nothing
 
-    def handle(self, item: DebuggerBytes, now: float) -> list[Command]:
+    def handle(self, item: ConsumerBytes, now: float) -> list[Command]:
         return [Changed(renamed=item.data == b"S1")]
 
 

@@ -2,7 +2,7 @@
 
     assert (
         Playbook(handle)
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
     )
 

@@ -26,9 +26,9 @@ from ddmd.protocol.jdwp import (
 from ddmd.session import bridge as bridge_module
 from ddmd.session.commands import CloseDebugger, Command, Log, Reconnect, SendToDebugger, SendToVm
 from ddmd.session.inputs import (
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
     Input,
     VmBytes,
     VmConnected,
@@ -124,15 +124,15 @@ class Bridged:
             return r.connected(item.leftover)
         if isinstance(item, VmBytes):
             return r.vm_data(item.data)
-        if isinstance(item, DebuggerJoined):
-            return r.debugger_joined(item.debugger, item.via, item.peer)
-        if isinstance(item, DebuggerBytes):
-            out, leaving = r.debugger_data(item.debugger, item.data)
+        if isinstance(item, ConsumerJoined):
+            return r.debugger_joined(item.consumer, item.via, item.peer)
+        if isinstance(item, ConsumerBytes):
+            out, leaving = r.debugger_data(item.consumer, item.data)
             if leaving is not None:
-                out += r.debugger_left(item.debugger)[2]
+                out += r.debugger_left(item.consumer)[2]
             return out
-        if isinstance(item, DebuggerLeft):
-            return r.debugger_left(item.debugger)[2]
+        if isinstance(item, ConsumerLeft):
+            return r.debugger_left(item.consumer)[2]
         raise AssertionError(f"no such input {item!r}")
 
     def book(self, *, logs: bool = False) -> Playbook:
@@ -150,14 +150,14 @@ def ready(*debuggers: int, **kw: Any) -> Bridged:
     for d in debuggers:
         playbook = (
             playbook
-            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
-            >> DebuggerBytes(d, HANDSHAKE)
+            >> ConsumerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> ConsumerBytes(d, HANDSHAKE)
             << SendToDebugger(d, HANDSHAKE)
         )
     first = debuggers[0]
     assert (
         playbook
-        >> DebuggerBytes(first, cmd(1, ID_SIZES))
+        >> ConsumerBytes(first, cmd(1, ID_SIZES))
         << SendToVm(cmd(1, ID_SIZES))
         >> VmBytes(reply(1, SIZES))
         << SendToDebugger(first, reply(1, SIZES))
@@ -171,7 +171,7 @@ def owns(
     """``debugger`` sets a breakpoint; the VM answers with ``request``."""
     assert (
         h.book()
-        >> DebuggerBytes(debugger, cmd(their_id, SET, set_bp(policy)))
+        >> ConsumerBytes(debugger, cmd(their_id, SET, set_bp(policy)))
         << SendToVm(cmd(vm_id, SET, set_bp(policy)))
         >> VmBytes(reply(vm_id, int4(request)))
         << SendToDebugger(debugger, reply(their_id, int4(request)))
@@ -230,13 +230,13 @@ def test_a_class_prepared_by_a_debugger_thread_suspends_all_as_the_vm_says() -> 
     event = ev(CLASS_PREPARE, 6, tid(0) + b"\x01" + tid(0x33) + int4(5) + b"LFoo;" + int4(7))
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, SET, prepare))
+        >> ConsumerBytes(1, cmd(3, SET, prepare))
         << SendToVm(cmd(2, SET, prepare))
         >> VmBytes(reply(2, int4(6)))
         << SendToDebugger(1, reply(3, int4(6)))
         >> VmBytes(composite(ALL, event))
         << SendToDebugger(1, composite(ALL, event))
-        >> DebuggerBytes(1, cmd(5, RESUME))
+        >> ConsumerBytes(1, cmd(5, RESUME))
         << SendToVm(cmd(3, RESUME))
     )
 
@@ -257,7 +257,7 @@ def test_an_automatic_vm_death_goes_to_all_and_a_requested_one_only_to_its_owner
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, SET, bytes([VM_DEATH, ALL]) + int4(0)))
+        >> ConsumerBytes(1, cmd(3, SET, bytes([VM_DEATH, ALL]) + int4(0)))
         << SendToVm(cmd(2, SET, bytes([VM_DEATH, ALL]) + int4(0)))
         >> VmBytes(reply(2, int4(9)))
         << SendToDebugger(1, reply(3, int4(9)))
@@ -290,7 +290,7 @@ def test_clear_of_an_own_request_goes_to_the_vm_and_its_late_events_are_dropped(
     owns(h, 1, 3, 2, request=5)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(5, CLEAR, clear(BREAKPOINT, 5)))
+        >> ConsumerBytes(1, cmd(5, CLEAR, clear(BREAKPOINT, 5)))
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
         # A hit of the breakpoint was already on its way: nobody gets it, and the suspension
         # it caused is released by ddmd (nobody else would).
@@ -309,12 +309,12 @@ def test_clear_of_a_request_the_sender_does_not_own_is_answered_here() -> None:
     assert (
         h.book()
         # OpenJDK answers a Clear of an id it does not know with an empty success reply.
-        >> DebuggerBytes(2, cmd(8, CLEAR, clear(BREAKPOINT, 5)))
+        >> ConsumerBytes(2, cmd(8, CLEAR, clear(BREAKPOINT, 5)))
         << SendToDebugger(2, reply(8))
-        >> DebuggerBytes(2, cmd(9, CLEAR, clear(BREAKPOINT, 4242)))
+        >> ConsumerBytes(2, cmd(9, CLEAR, clear(BREAKPOINT, 4242)))
         << SendToDebugger(2, reply(9))
         # ... and an event kind it does not know with INVALID_EVENT_TYPE.
-        >> DebuggerBytes(2, cmd(10, CLEAR, clear(USER_DEFINED, 5)))
+        >> ConsumerBytes(2, cmd(10, CLEAR, clear(USER_DEFINED, 5)))
         << SendToDebugger(2, reply(10, error=102))
         # Nothing reached the VM: debugger 1's breakpoint still fires, for it alone.
         >> VmBytes(composite(NONE, bp(5)))
@@ -330,11 +330,11 @@ def test_clear_all_breakpoints_clears_only_the_sender_s_breakpoints() -> None:
     owns(h, 1, 5, 4, request=9)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(11, SET, bytes([CLASS_PREPARE, NONE]) + int4(0)))
+        >> ConsumerBytes(1, cmd(11, SET, bytes([CLASS_PREPARE, NONE]) + int4(0)))
         << SendToVm(cmd(5, SET, bytes([CLASS_PREPARE, NONE]) + int4(0)))
         >> VmBytes(reply(5, int4(10)))
         << SendToDebugger(1, reply(11, int4(10)))
-        >> DebuggerBytes(1, cmd(13, CLEAR_BREAKPOINTS))
+        >> ConsumerBytes(1, cmd(13, CLEAR_BREAKPOINTS))
         << SendToVm(cmd(6, CLEAR, clear(BREAKPOINT, 5)))
         << SendToVm(cmd(7, CLEAR, clear(BREAKPOINT, 9)))
         >> VmBytes(reply(6))
@@ -352,7 +352,7 @@ def test_clear_all_breakpoints_without_any_is_answered_at_once() -> None:
     owns(h, 2, 1, 2, request=7)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, CLEAR_BREAKPOINTS))
+        >> ConsumerBytes(1, cmd(3, CLEAR_BREAKPOINTS))
         << SendToDebugger(1, reply(3))
         >> VmBytes(composite(NONE, bp(7)))
         << SendToDebugger(2, composite(NONE, bp(7)))
@@ -383,13 +383,13 @@ def test_two_suspend_all_requests_firing_in_one_composite_are_released_once_by_t
         >> VmBytes(composite(ALL, bp(5), bp(7)))
         << SendToDebugger(1, composite(ALL, bp(5)))
         << SendToDebugger(2, composite(ALL, bp(7)))
-        >> DebuggerBytes(1, cmd(9, RESUME))
+        >> ConsumerBytes(1, cmd(9, RESUME))
         << SendToDebugger(1, reply(9))  # debugger 2 still holds the VM: nothing to the VM
-        >> DebuggerBytes(2, cmd(4, RESUME))
+        >> ConsumerBytes(2, cmd(4, RESUME))
         << SendToVm(cmd(4, RESUME))  # the last holder: the one suspension is released once
         >> VmBytes(reply(4))
         << SendToDebugger(2, reply(4))
-        >> DebuggerBytes(1, cmd(11, RESUME))
+        >> ConsumerBytes(1, cmd(11, RESUME))
         << SendToDebugger(1, reply(11))  # it balances nothing any more
     )
     assert h.bridge.ledger.suspensions == []
@@ -402,9 +402,9 @@ def test_a_resume_that_balances_none_of_the_sender_s_suspensions_is_answered_her
         h.book()
         >> VmBytes(composite(ALL, bp(5)))
         << SendToDebugger(1, composite(ALL, bp(5)))
-        >> DebuggerBytes(2, cmd(2, RESUME))
+        >> ConsumerBytes(2, cmd(2, RESUME))
         << SendToDebugger(2, reply(2))
-        >> DebuggerBytes(2, cmd(4, T_RESUME, tid(T1)))
+        >> ConsumerBytes(2, cmd(4, T_RESUME, tid(T1)))
         << SendToDebugger(2, reply(4))
     )
     assert h.bridge.held_by(1) == 1
@@ -414,9 +414,9 @@ def test_one_debugger_alone_sends_its_resumes_to_the_vm_as_today() -> None:
     h = ready(1)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, RESUME))  # nothing held: still the VM's to answer
+        >> ConsumerBytes(1, cmd(3, RESUME))  # nothing held: still the VM's to answer
         << SendToVm(cmd(2, RESUME))
-        >> DebuggerBytes(1, cmd(5, T_RESUME, tid(T1)))
+        >> ConsumerBytes(1, cmd(5, T_RESUME, tid(T1)))
         << SendToVm(cmd(3, T_RESUME, tid(T1)))
     )
 
@@ -434,11 +434,11 @@ def test_a_thread_held_by_one_debugger_survives_another_debugger_s_resume() -> N
         << SendToDebugger(1, composite(THREAD, bp(5, T1)))
         >> VmBytes(composite(ALL, bp(7, T2)))
         << SendToDebugger(2, composite(ALL, bp(7, T2)))
-        >> DebuggerBytes(2, cmd(3, RESUME))
+        >> ConsumerBytes(2, cmd(3, RESUME))
         << SendToVm(cmd(4, RESUME))
-        >> DebuggerBytes(2, cmd(5, RESUME))  # again: jdb's "resume" with nothing of its own
+        >> ConsumerBytes(2, cmd(5, RESUME))  # again: jdb's "resume" with nothing of its own
         << SendToDebugger(2, reply(5))
-        >> DebuggerBytes(1, cmd(7, T_RESUME, tid(T1)))
+        >> ConsumerBytes(1, cmd(7, T_RESUME, tid(T1)))
         << SendToVm(cmd(5, T_RESUME, tid(T1)))  # its own hold ends: the thread runs
     )
     assert h.bridge.ledger.suspensions == []
@@ -455,13 +455,13 @@ def test_a_shared_all_thread_suspension_kept_by_a_thread_only_holder() -> None:
         >> VmBytes(composite(ALL, bp(5, T1), bp(7, T1)))
         << SendToDebugger(1, composite(ALL, bp(5, T1)))
         << SendToDebugger(2, composite(THREAD, bp(7, T1)))
-        >> DebuggerBytes(1, cmd(9, RESUME))
+        >> ConsumerBytes(1, cmd(9, RESUME))
         << SendToVm(cmd(4, T_SUSPEND, tid(T1)))  # held once more first ...
         << SendToVm(cmd(5, RESUME))  # ... so this VM.Resume releases everything else
         << SendToDebugger(1, reply(9))
         >> VmBytes(reply(4))
         >> VmBytes(reply(5))
-        >> DebuggerBytes(2, cmd(3, T_RESUME, tid(T1)))
+        >> ConsumerBytes(2, cmd(3, T_RESUME, tid(T1)))
         << SendToVm(cmd(6, T_RESUME, tid(T1)))
     )
     assert h.bridge.ledger.suspensions == []
@@ -476,12 +476,12 @@ def test_one_thread_resumed_out_of_a_shared_suspend_all() -> None:
         >> VmBytes(composite(ALL, bp(5), bp(7)))
         << SendToDebugger(1, composite(ALL, bp(5)))
         << SendToDebugger(2, composite(ALL, bp(7)))
-        >> DebuggerBytes(1, cmd(9, T_RESUME, tid(T1)))
+        >> ConsumerBytes(1, cmd(9, T_RESUME, tid(T1)))
         << SendToDebugger(1, reply(9))  # debugger 2 still holds T1
-        >> DebuggerBytes(2, cmd(3, RESUME))
+        >> ConsumerBytes(2, cmd(3, RESUME))
         << SendToVm(cmd(4, T_RESUME, tid(T1)))  # now nobody holds T1; the rest stays
         << SendToDebugger(2, reply(3))
-        >> DebuggerBytes(1, cmd(11, RESUME))
+        >> ConsumerBytes(1, cmd(11, RESUME))
         << SendToVm(cmd(5, RESUME))
     )
     assert h.bridge.ledger.suspensions == []
@@ -491,21 +491,21 @@ def test_own_suspends_are_counted_and_a_refused_one_is_forgotten() -> None:
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2, error=10))  # INVALID_THREAD: it never happened
         << SendToDebugger(1, reply(3, error=10))
-        >> DebuggerBytes(1, cmd(5, T_RESUME, tid(T1)))
+        >> ConsumerBytes(1, cmd(5, T_RESUME, tid(T1)))
         << SendToDebugger(1, reply(5))
-        >> DebuggerBytes(1, cmd(7, SUSPEND))
+        >> ConsumerBytes(1, cmd(7, SUSPEND))
         << SendToVm(cmd(3, SUSPEND))
         >> VmBytes(reply(3))
         << SendToDebugger(1, reply(7))
-        >> DebuggerBytes(2, cmd(2, SUSPEND))
+        >> ConsumerBytes(2, cmd(2, SUSPEND))
         << SendToVm(cmd(4, SUSPEND))
-        >> DebuggerBytes(1, cmd(9, RESUME))
+        >> ConsumerBytes(1, cmd(9, RESUME))
         << SendToVm(cmd(5, RESUME))  # its own VM.Suspend: exactly this resume releases it
-        >> DebuggerBytes(1, cmd(11, RESUME))
+        >> ConsumerBytes(1, cmd(11, RESUME))
         << SendToDebugger(1, reply(11))
     )
     assert (h.bridge.held_by(1), h.bridge.held_by(2)) == (0, 1)
@@ -515,19 +515,19 @@ def test_suspend_count_leaves_out_what_other_debuggers_hold() -> None:
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
         << SendToDebugger(1, reply(3))
-        >> DebuggerBytes(2, cmd(1, T_COUNT, tid(T1)))
+        >> ConsumerBytes(2, cmd(1, T_COUNT, tid(T1)))
         << SendToVm(cmd(3, T_COUNT, tid(T1)))
         >> VmBytes(reply(3, int4(1)))
         << SendToDebugger(2, reply(1, int4(0)))  # debugger 1's suspension is not its own
-        >> DebuggerBytes(1, cmd(5, T_COUNT, tid(T1)))
+        >> ConsumerBytes(1, cmd(5, T_COUNT, tid(T1)))
         << SendToVm(cmd(4, T_COUNT, tid(T1)))
         >> VmBytes(reply(4, int4(1)))
         << SendToDebugger(1, reply(5, int4(1)))
-        >> DebuggerBytes(1, cmd(7, T_COUNT, tid(T2)))
+        >> ConsumerBytes(1, cmd(7, T_COUNT, tid(T2)))
         << SendToVm(cmd(5, T_COUNT, tid(T2)))
         >> VmBytes(reply(5, int4(3)))  # suspensions ddmd never saw are not hidden
         << SendToDebugger(1, reply(7, int4(3)))
@@ -545,22 +545,22 @@ def test_a_thread_only_others_hold_looks_running_to_a_debugger() -> None:
     running_suspended = int4(1) + int4(1)  # threadStatus RUNNING, suspendStatus SUSPENDED
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
         << SendToDebugger(1, reply(3))
-        >> DebuggerBytes(2, cmd(4, T_STATUS, tid(T1)))
+        >> ConsumerBytes(2, cmd(4, T_STATUS, tid(T1)))
         << SendToVm(cmd(3, T_STATUS, tid(T1)))
         >> VmBytes(reply(3, running_suspended))
         << SendToDebugger(2, reply(4, int4(1) + int4(0)))
-        >> DebuggerBytes(2, cmd(6, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
+        >> ConsumerBytes(2, cmd(6, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
         << SendToDebugger(2, reply(6, error=13))
         # The holder itself sees it suspended and reads its frames from the VM.
-        >> DebuggerBytes(1, cmd(5, T_STATUS, tid(T1)))
+        >> ConsumerBytes(1, cmd(5, T_STATUS, tid(T1)))
         << SendToVm(cmd(4, T_STATUS, tid(T1)))
         >> VmBytes(reply(4, running_suspended))
         << SendToDebugger(1, reply(5, running_suspended))
-        >> DebuggerBytes(1, cmd(7, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
+        >> ConsumerBytes(1, cmd(7, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
         << SendToVm(cmd(5, T_FRAMES, tid(T1) + int4(0) + int4(-1)))
     )
 
@@ -571,16 +571,16 @@ def test_a_suspending_vm_start_is_the_first_debugger_s_to_release() -> None:
     assert (
         h.book()
         >> VmConnected(0.0, leftover=start)
-        >> DebuggerJoined(1, "current", "127.0.0.1:40001")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "current", "127.0.0.1:40001")
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
         << SendToDebugger(1, start)
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)
+        >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> ConsumerBytes(2, HANDSHAKE)
         << SendToDebugger(2, HANDSHAKE)
-        >> DebuggerBytes(2, cmd(1, RESUME))
+        >> ConsumerBytes(2, cmd(1, RESUME))
         << SendToDebugger(2, reply(1))  # not its VM_START to resume
-        >> DebuggerBytes(1, cmd(1, RESUME))
+        >> ConsumerBytes(1, cmd(1, RESUME))
         << SendToVm(cmd(1, RESUME))
     )
 
@@ -594,13 +594,13 @@ def test_hold_events_keeps_that_debugger_s_events_until_it_releases_them() -> No
     owns(h, 2, 1, 3, request=7, policy=NONE)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(5, HOLD))
+        >> ConsumerBytes(1, cmd(5, HOLD))
         << SendToDebugger(1, reply(5))  # answered here, never sent to the VM
         >> VmBytes(composite(NONE, bp(5)))
         >> VmBytes(composite(NONE, bp(7)))
         << SendToDebugger(2, composite(NONE, bp(7)))  # the other debugger's flow goes on
         >> VmBytes(composite(NONE, bp(5), packet_id=0x101))
-        >> DebuggerBytes(1, cmd(7, RELEASE))
+        >> ConsumerBytes(1, cmd(7, RELEASE))
         << SendToDebugger(1, reply(7))
         << SendToDebugger(1, composite(NONE, bp(5)))
         << SendToDebugger(1, composite(NONE, bp(5), packet_id=0x101))
@@ -616,7 +616,7 @@ def test_held_events_past_the_bound_are_given_at_once(monkeypatch: pytest.Monkey
     events = [composite(NONE, bp(5), packet_id=0x100 + i) for i in range(3)]
     assert (
         h.book(logs=True)
-        >> DebuggerBytes(1, cmd(5, HOLD))
+        >> ConsumerBytes(1, cmd(5, HOLD))
         << SendToDebugger(1, reply(5))
         >> VmBytes(events[0])
         >> VmBytes(events[1])
@@ -643,11 +643,11 @@ def test_a_departing_debugger_s_requests_are_cleared_and_its_suspensions_release
         << SendToDebugger(2, composite(ALL, bp(7)))
         >> VmBytes(composite(THREAD, bp(9, T2)))  # debugger 1's alone
         << SendToDebugger(1, composite(THREAD, bp(9, T2)))
-        >> DebuggerBytes(1, cmd(7, SUSPEND))  # and one of its own
+        >> ConsumerBytes(1, cmd(7, SUSPEND))  # and one of its own
         << SendToVm(cmd(5, SUSPEND))
         >> VmBytes(reply(5))
         << SendToDebugger(1, reply(7))
-        >> DebuggerLeft(1, "killed")
+        >> ConsumerLeft(1, "killed")
         << CloseDebugger(1, "left")
         << SendToVm(cmd(6, CLEAR, clear(BREAKPOINT, 5)))
         << SendToVm(cmd(7, CLEAR, clear(BREAKPOINT, 9)))
@@ -658,7 +658,7 @@ def test_a_departing_debugger_s_requests_are_cleared_and_its_suspensions_release
         >> VmBytes(reply(8))
         >> VmBytes(reply(9))
         # Debugger 2 is undisturbed, and still the one to release its stop.
-        >> DebuggerBytes(2, cmd(3, RESUME))
+        >> ConsumerBytes(2, cmd(3, RESUME))
         << SendToVm(cmd(10, RESUME))
     )
     assert h.bridge.ledger.suspensions == []
@@ -673,7 +673,7 @@ def test_a_departure_is_logged_with_what_was_released() -> None:
         h.book(logs=True)
         >> VmBytes(composite(ALL, bp(5)))
         << SendToDebugger(1, composite(ALL, bp(5)))
-        >> DebuggerLeft(1, "killed")
+        >> ConsumerLeft(1, "killed")
         << CloseDebugger(1, "left")
         << Log("debugger.released", "debug", {"debugger": 1, "requests": 1, "suspensions": 1})
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
@@ -686,7 +686,7 @@ def test_events_of_a_departed_debugger_s_requests_are_dropped_and_released() -> 
     owns(h, 1, 3, 2, request=5, policy=ALL)
     assert (
         h.book()
-        >> DebuggerLeft(1, "killed")
+        >> ConsumerLeft(1, "killed")
         << CloseDebugger(1, "left")
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
         >> VmBytes(composite(ALL, bp(5)))  # already on its way: debugger 2 never sees it
@@ -698,9 +698,9 @@ def test_a_set_in_flight_when_its_debugger_leaves_is_cleared_once_answered() -> 
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, SET, set_bp(ALL)))
+        >> ConsumerBytes(1, cmd(3, SET, set_bp(ALL)))
         << SendToVm(cmd(2, SET, set_bp(ALL)))
-        >> DebuggerLeft(1, "killed")
+        >> ConsumerLeft(1, "killed")
         << CloseDebugger(1, "left")
         >> VmBytes(reply(2, int4(5)))
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
@@ -718,14 +718,14 @@ def test_a_departure_in_the_middle_of_a_streamed_large_reply() -> None:
         h.book()
         >> VmBytes(composite(ALL, bp(5)))
         << SendToDebugger(1, composite(ALL, bp(5)))
-        >> DebuggerBytes(1, cmd(9, ALL_CLASSES))
+        >> ConsumerBytes(1, cmd(9, ALL_CLASSES))
         << SendToVm(cmd(4, ALL_CLASSES))
         >> VmBytes(big[:100])
         << SendToDebugger(1, Placeholder("header"), more=True)
         << SendToDebugger(1, Placeholder("piece"), more=True)
         # Debugger 1 is dropped half-way (a slow consumer): its state is released at once,
         # while the rest of its reply still streams in from the VM.
-        >> DebuggerLeft(1, "slow consumer")
+        >> ConsumerLeft(1, "slow consumer")
         << CloseDebugger(1, "left")
         << SendToVm(cmd(5, CLEAR, clear(BREAKPOINT, 5)))
         << SendToVm(cmd(6, RESUME))
@@ -733,7 +733,7 @@ def test_a_departure_in_the_middle_of_a_streamed_large_reply() -> None:
         >> VmBytes(reply(5) + reply(6))
         >> VmBytes(composite(NONE, bp(7)))
         << SendToDebugger(2, composite(NONE, bp(7)))
-        >> DebuggerBytes(2, cmd(3, VERSION))
+        >> ConsumerBytes(2, cmd(3, VERSION))
         << SendToVm(cmd(7, VERSION))
         >> VmBytes(reply(7, b"v"))
         << SendToDebugger(2, reply(3, b"v"))
@@ -749,12 +749,12 @@ def test_another_debugger_s_streamed_reply_goes_on_while_one_leaves() -> None:
         h.book()
         >> VmBytes(composite(ALL, bp(5)))
         << SendToDebugger(1, composite(ALL, bp(5)))
-        >> DebuggerBytes(2, cmd(1, ALL_CLASSES))
+        >> ConsumerBytes(2, cmd(1, ALL_CLASSES))
         << SendToVm(cmd(3, ALL_CLASSES))
     )
     for piece in (big[:100], big[100:500]):
         sent += [c.data for c in h.handle(VmBytes(piece)) if isinstance(c, SendToDebugger)]
-    assert [c for c in h.handle(DebuggerLeft(1, "killed")) if not isinstance(c, Log)] == [
+    assert [c for c in h.handle(ConsumerLeft(1, "killed")) if not isinstance(c, Log)] == [
         CloseDebugger(1, "left"),
         SendToVm(cmd(4, CLEAR, clear(BREAKPOINT, 5))),
         SendToVm(cmd(5, RESUME)),
@@ -773,7 +773,7 @@ def test_vm_exit_goes_to_the_vm_and_names_who_asked() -> None:
     h = ready(1, 2)
     assert (
         h.book(logs=True)
-        >> DebuggerBytes(2, cmd(4, EXIT, int4(3)))
+        >> ConsumerBytes(2, cmd(4, EXIT, int4(3)))
         << Log(
             "vm.exit_requested",
             "warning",
@@ -784,7 +784,7 @@ def test_vm_exit_goes_to_the_vm_and_names_who_asked() -> None:
     alone = ready(1)
     assert (
         alone.book(logs=True)
-        >> DebuggerBytes(1, cmd(4, EXIT, int4(0)))
+        >> ConsumerBytes(1, cmd(4, EXIT, int4(0)))
         << Log("vm.exit_requested", "info", Placeholder("fields"))
         << SendToVm(cmd(2, EXIT, int4(0)))
     )
@@ -794,7 +794,7 @@ def test_commands_no_rule_concerns_go_straight_through() -> None:
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(2, cmd(4, (11, 1), tid(T1)))  # ThreadReference.Name
+        >> ConsumerBytes(2, cmd(4, (11, 1), tid(T1)))  # ThreadReference.Name
         << SendToVm(cmd(2, (11, 1), tid(T1)))
         >> VmBytes(reply(2, b"main"))
         << SendToDebugger(2, reply(4, b"main"))
@@ -833,8 +833,8 @@ def hotspot(*debuggers: int) -> tuple[VmSession, Playbook]:
     for d in debuggers:
         playbook = (
             playbook
-            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
-            >> DebuggerBytes(d, HANDSHAKE)
+            >> ConsumerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> ConsumerBytes(d, HANDSHAKE)
             << SendToDebugger(d, HANDSHAKE)
         )
     assert playbook
@@ -845,11 +845,11 @@ def test_leaving_while_others_stay_keeps_the_vm_connection_and_the_last_one_rele
     session, playbook = hotspot(1, 2)
     assert (
         playbook
-        >> DebuggerBytes(1, cmd(1, SET, set_bp(ALL)))
+        >> ConsumerBytes(1, cmd(1, SET, set_bp(ALL)))
         << SendToVm(cmd(3, SET, set_bp(ALL)))
         >> VmBytes(reply(3, int4(5)))
         << SendToDebugger(1, reply(1, int4(5)))
-        >> DebuggerBytes(1, cmd(3, DISPOSE))
+        >> ConsumerBytes(1, cmd(3, DISPOSE))
         << SendToDebugger(1, reply(3))  # Dispose stays local
         << CloseDebugger(1, "left")
         << SendToVm(cmd(4, CLEAR, clear(BREAKPOINT, 5)))  # no DBGD, no reconnect
@@ -858,7 +858,7 @@ def test_leaving_while_others_stay_keeps_the_vm_connection_and_the_last_one_rele
     assert session.state == "ready"
     assert (
         playbook
-        >> DebuggerLeft(2, "debugger closed the connection")
+        >> ConsumerLeft(2, "debugger closed the connection")
         << CloseDebugger(2, "left")
         << Reconnect("recycled after the debugger left")  # the last one: today's release
     )

@@ -11,8 +11,9 @@ from __future__ import annotations
 from ddmd.protocol import ddm
 from ddmd.protocol.jdwp import HANDSHAKE, ReplyPacket, encode
 from ddmd.session.commands import CloseDebugger, Log, Reconnect, SendToDebugger, SendToVm
+from ddmd.session.consumers import FRONT
 from ddmd.session.ddmshare import DdmShare, Switch
-from ddmd.session.inputs import DebuggerBytes, DebuggerJoined, DebuggerLeft, Tick, VmConnected
+from ddmd.session.inputs import ConsumerBytes, ConsumerJoined, ConsumerLeft, Tick, VmConnected
 from tests.session.playbook import Placeholder
 from tests.session.test_vm_session import (
     FEAT,
@@ -36,8 +37,8 @@ def front(vm: Vm, *consumers: int, tool: str = "java (ddmlib)") -> Vm:
     for c in consumers:
         assert (
             vm.book()
-            >> DebuggerJoined(c, "front", f"127.0.0.1:{50000 + c}", kind="front", tool=tool)
-            >> DebuggerBytes(c, HANDSHAKE)
+            >> ConsumerJoined(c, "front", f"127.0.0.1:{50000 + c}", kind=FRONT, tool=tool)
+            >> ConsumerBytes(c, HANDSHAKE)
             << SendToDebugger(c, HANDSHAKE)
         )
     return vm
@@ -65,9 +66,9 @@ def test_helo_and_feat_are_answered_from_what_ddmd_knows_without_asking_the_vm()
     vm = front(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
         << SendToDebugger(1, ddm_reply(STUDIO, HELO))
-        >> DebuggerBytes(1, ddm_request(STUDIO + 2, ddm.FeatRequest()))
+        >> ConsumerBytes(1, ddm_request(STUDIO + 2, ddm.FeatRequest()))
         << SendToDebugger(1, ddm_reply(STUDIO + 2, FEAT))
     )
     assert len(vm.session.router.ids) == 0
@@ -79,7 +80,7 @@ def test_helo_carries_the_name_the_vm_reported_since() -> None:
     renamed = ddm.HeloReply(1, 4242, "Dalvik", "com.example.mail")
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
         << SendToDebugger(1, ddm_reply(STUDIO, renamed))
     )
 
@@ -90,9 +91,9 @@ def test_any_other_ddm_request_goes_to_the_vm_under_a_fresh_id_and_its_reply_to_
     vm = front(ready(), 1, 2)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.ThreadStatusRequest()))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.ThreadStatusRequest()))
         << asks(6, ddm.ThreadStatusRequest())
-        >> DebuggerBytes(2, ddm_request(STUDIO, ddm.ThreadStatusRequest()))  # the same id
+        >> ConsumerBytes(2, ddm_request(STUDIO, ddm.ThreadStatusRequest()))  # the same id
         << asks(7, ddm.ThreadStatusRequest())
         >> answer(7, ddm.ThreadStatus(()))
         << SendToDebugger(2, ddm_reply(STUDIO, ddm.ThreadStatus(())))
@@ -105,7 +106,7 @@ def test_a_request_the_vm_never_answers_expires_at_its_deadline() -> None:
     vm = front(ready(ddm_request=5.0), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingQuery()))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingQuery()))
         << asks(6, ddm.AllocTrackingQuery())
     )
     assert len(vm.session.router.ids) == 1
@@ -118,7 +119,7 @@ def test_the_vms_pushes_reach_ddmds_model_and_every_consumer_that_speaks_ddm() -
     # 1 speaks DDM; 2 (front, silent) and 3 (a debugger on ddmd's port) do not.
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
         << SendToDebugger(1, ddm_reply(STUDIO, HELO))
         >> push(THCR)
         << SendToDebugger(1, encode(ddm.ddm_command(0x80000001, THCR)))
@@ -131,7 +132,7 @@ def test_thread_notices_on_go_to_the_vm_and_off_is_kept_from_it_while_ddmd_uses_
     assert (
         vm.book()
         # On: the VM is asked (it answers with the burst of thread notices everyone gets).
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.ThreadNotify(True)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.ThreadNotify(True)))
         << asks(6, ddm.ThreadNotify(True))
         >> push(THCR)
         << SendToDebugger(1, encode(ddm.ddm_command(0x80000001, THCR)))
@@ -139,7 +140,7 @@ def test_thread_notices_on_go_to_the_vm_and_off_is_kept_from_it_while_ddmd_uses_
         << SendToDebugger(1, ddm_reply(STUDIO))
         # Off: ddmd keeps thread notices on, so the VM never hears of it; the consumer gets the
         # empty reply VMs that answer it send.
-        >> DebuggerBytes(1, ddm_request(STUDIO + 2, ddm.ThreadNotify(False)))
+        >> ConsumerBytes(1, ddm_request(STUDIO + 2, ddm.ThreadNotify(False)))
         << SendToDebugger(1, ddm_reply(STUDIO + 2))
     )
     assert Switch.THREADS not in vm.session.router.share.wants(1)
@@ -149,17 +150,17 @@ def test_a_switch_turned_off_by_one_stays_on_for_another_and_goes_off_with_the_l
     vm = front(ready(), 1, 2)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
         << asks(6, ddm.AllocTrackingEnable(True))
-        >> DebuggerBytes(2, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
+        >> ConsumerBytes(2, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
         << asks(7, ddm.AllocTrackingEnable(True))
         # 2 turns it off while 1 still wants it: the VM keeps tracking.
-        >> DebuggerBytes(2, ddm_request(STUDIO + 2, ddm.AllocTrackingEnable(False)))
+        >> ConsumerBytes(2, ddm_request(STUDIO + 2, ddm.AllocTrackingEnable(False)))
         << SendToDebugger(2, ddm_reply(STUDIO + 2))
         # 2 leaving changes nothing; 1 leaving with it on: ddmd turns it off.
-        >> DebuggerLeft(2, "gone")
+        >> ConsumerLeft(2, "gone")
         << CloseDebugger(2, "left")
-        >> DebuggerLeft(1, "gone")
+        >> ConsumerLeft(1, "gone")
         << CloseDebugger(1, "left")
         << asks(8, ddm.AllocTrackingEnable(False))
     )
@@ -169,9 +170,9 @@ def test_a_consumer_leaving_never_turns_off_what_ddmd_itself_uses() -> None:
     vm = front(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.HeapInfoRequest(3)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.HeapInfoRequest(3)))
         << asks(6, ddm.HeapInfoRequest(3))
-        >> DebuggerLeft(1, "gone")
+        >> ConsumerLeft(1, "gone")
         << CloseDebugger(1, "left")
     )  # ddmd subscribed to heap info at every GC itself: nothing is sent
 
@@ -181,11 +182,11 @@ def test_stopping_a_trace_someone_else_started_is_refused_and_the_trace_goes_on(
     fail = ddm.Fail(0, "method tracing was started by another client; it goes on")
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.MethodTraceStreamStart(8 << 20, 0)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.MethodTraceStreamStart(8 << 20, 0)))
         << asks(6, ddm.MethodTraceStreamStart(8 << 20, 0))
-        >> DebuggerBytes(2, ddm_request(STUDIO, ddm.MethodTraceStreamEnd()))
+        >> ConsumerBytes(2, ddm_request(STUDIO, ddm.MethodTraceStreamEnd()))
         << SendToDebugger(2, ddm_reply(STUDIO, fail))
-        >> DebuggerBytes(1, ddm_request(STUDIO + 2, ddm.MethodTraceStreamEnd()))
+        >> ConsumerBytes(1, ddm_request(STUDIO + 2, ddm.MethodTraceStreamEnd()))
         << asks(7, ddm.MethodTraceStreamEnd())
     )
 
@@ -194,10 +195,10 @@ def test_a_ddm_only_consumer_leaving_releases_nothing() -> None:
     vm = front(ready(), 1)
     assert (
         vm.book(logs=True)
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.HeloRequest(1)))
         << Log("debugger.ddm_answered", "debug", Placeholder())
         << SendToDebugger(1, ddm_reply(STUDIO, HELO))
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << Log("debugger.detached", "info", Placeholder())
     )
@@ -208,14 +209,14 @@ def test_a_front_socket_becomes_a_debugger_with_its_first_debugger_command() -> 
     vm = front(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(6, VERSION))
         >> answer(6)
         << SendToDebugger(1, reply(1))
     )
     assert vm.session.router.attached() == (1,)
     # Now it counts: when it leaves, the VM is released like after any debugger.
-    assert vm.book() >> DebuggerLeft(1, "gone") << CloseDebugger(1, "left") << asks(7, ddm.Dbgd())
+    assert vm.book() >> ConsumerLeft(1, "gone") << CloseDebugger(1, "left") << asks(7, ddm.Dbgd())
     assert vm.session.state == "releasing"
 
 
@@ -223,7 +224,7 @@ def test_a_front_socket_that_would_be_one_debugger_too_many_is_closed_with_the_r
     vm = attach(front(ready(max_debuggers=1), 1), 2)  # 2 debugs through ddmd's port
     assert (
         vm.book(logs=True)
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << Log(
             "debugger.rejected",
             "warning",
@@ -243,9 +244,9 @@ def test_a_release_reconnect_keeps_ddm_only_consumers_and_forgets_their_switches
     vm = front(attach(ready(), 2), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
+        >> ConsumerBytes(1, ddm_request(STUDIO, ddm.AllocTrackingEnable(True)))
         << asks(6, ddm.AllocTrackingEnable(True))
-        >> DebuggerLeft(2, "gone")
+        >> ConsumerLeft(2, "gone")
         << CloseDebugger(2, "left")
         << asks(7, ddm.Dbgd())
         >> Tick(100.0)

@@ -28,9 +28,9 @@ from ddmd.session import lanes
 from ddmd.session.bridge import BRIDGED, SHARED_VIEW
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import (
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
     VmBytes,
     VmConnected,
 )
@@ -97,8 +97,8 @@ class Laned(Bridged):
 
     def handle(self, item: Any) -> list[Any]:
         r = self.router
-        if isinstance(item, DebuggerBytes):
-            sent: Command | None = r.relay_from_debugger(item.debugger, item.data)
+        if isinstance(item, ConsumerBytes):
+            sent: Command | None = r.relay_from_debugger(item.consumer, item.data)
         elif isinstance(item, VmBytes):
             sent = r.relay_from_vm(item.data)
         else:
@@ -115,8 +115,8 @@ def attached(*debuggers: int) -> Laned:
     for d in debuggers:
         playbook = (
             playbook
-            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
-            >> DebuggerBytes(d, HANDSHAKE)
+            >> ConsumerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> ConsumerBytes(d, HANDSHAKE)
             << SLOW
             << SendToDebugger(d, HANDSHAKE)
         )
@@ -129,7 +129,7 @@ def ready(*debuggers: int) -> Laned:
     h = attached(*debuggers)
     assert (
         h.book()
-        >> DebuggerBytes(debuggers[0], cmd(1, ID_SIZES))
+        >> ConsumerBytes(debuggers[0], cmd(1, ID_SIZES))
         << SLOW
         << SendToVm(cmd(1, ID_SIZES))
         >> VmBytes(reply(1, SIZES))
@@ -145,7 +145,7 @@ def owns(
     """``debugger`` sets a breakpoint; the VM answers with ``request``."""
     assert (
         h.book()
-        >> DebuggerBytes(debugger, cmd(their_id, SET, set_bp(policy)))
+        >> ConsumerBytes(debugger, cmd(their_id, SET, set_bp(policy)))
         << SLOW
         << SendToVm(cmd(vm_id, SET, set_bp(policy)))
         >> VmBytes(reply(vm_id, int4(request)))
@@ -246,10 +246,10 @@ def test_all_threads_takes_the_fast_lane_both_ways() -> None:
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(9, ALL_THREADS))
+        >> ConsumerBytes(1, cmd(9, ALL_THREADS))
         << FAST
         << SendToVm(cmd(2, ALL_THREADS))
-        >> DebuggerBytes(2, cmd(4, ALL_THREADS))
+        >> ConsumerBytes(2, cmd(4, ALL_THREADS))
         << FAST
         << SendToVm(cmd(3, ALL_THREADS))
         >> VmBytes(reply(3, threads))
@@ -276,7 +276,7 @@ def test_a_vm_command_no_rule_reads_takes_the_fast_lane(
     h = ready(1, 2)
     assert (
         h.book()
-        >> DebuggerBytes(2, cmd(5, command, body))
+        >> ConsumerBytes(2, cmd(5, command, body))
         << FAST
         << SendToVm(cmd(2, command, body))
         >> VmBytes(reply(2, answer))
@@ -292,7 +292,7 @@ def test_every_vm_command_off_the_table_takes_the_fast_lane(command: V) -> None:
     h = attached(1)  # even before IDSizes: nothing here needs the sizes for them
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, (VM, command), b"x"))
+        >> ConsumerBytes(1, cmd(3, (VM, command), b"x"))
         << FAST
         << SendToVm(cmd(1, (VM, command), b"x"))
         >> VmBytes(reply(1, b"y"))
@@ -310,13 +310,13 @@ def test_version_is_asked_once_and_then_answered_from_the_cache() -> None:
     assert h.router.relay_from_debugger(1, cmd(3, VERSION)) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, VERSION))
+        >> ConsumerBytes(1, cmd(3, VERSION))
         << SLOW
         << SendToVm(cmd(2, VERSION))
         >> VmBytes(reply(2, version))  # read: it fills the cache
         << SLOW
         << SendToDebugger(1, reply(3, version))
-        >> DebuggerBytes(2, cmd(8, VERSION))
+        >> ConsumerBytes(2, cmd(8, VERSION))
         << SLOW
         << SendToDebugger(2, reply(8, version))  # never reaches the VM again
     )
@@ -328,13 +328,13 @@ def test_id_sizes_is_asked_once_and_then_answered_from_the_cache() -> None:
     assert h.router.relay_from_debugger(1, cmd(1, ID_SIZES)) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(1, ID_SIZES))
+        >> ConsumerBytes(1, cmd(1, ID_SIZES))
         << SLOW
         << SendToVm(cmd(1, ID_SIZES))
         >> VmBytes(reply(1, SIZES))  # read: it fills the cache and gives the bridge the sizes
         << SLOW
         << SendToDebugger(1, reply(1, SIZES))
-        >> DebuggerBytes(2, cmd(1, ID_SIZES))
+        >> ConsumerBytes(2, cmd(1, ID_SIZES))
         << SLOW
         << SendToDebugger(2, reply(1, SIZES))
     )
@@ -347,7 +347,7 @@ def test_dispose_is_answered_here_and_never_reaches_the_vm() -> None:
     assert h.router.relay_from_debugger(2, cmd(4, DISPOSE)) is None
     assert (
         h.book(logs=True)
-        >> DebuggerBytes(2, cmd(4, DISPOSE))
+        >> ConsumerBytes(2, cmd(4, DISPOSE))
         << SLOW
         << Log("debugger.dispose", fields={"debugger": 2})
         << SendToDebugger(2, reply(4))
@@ -365,7 +365,7 @@ def test_vm_suspend_is_recorded_in_the_ledger() -> None:
     assert h.router.relay_from_debugger(1, cmd(3, SUSPEND)) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, SUSPEND))
+        >> ConsumerBytes(1, cmd(3, SUSPEND))
         << SLOW
         << SendToVm(cmd(2, SUSPEND))
         >> VmBytes(reply(2))
@@ -382,7 +382,7 @@ def test_a_vm_suspend_the_vm_refused_leaves_the_ledger_as_it_was() -> None:
         lane = SLOW if len(debuggers) > 1 else FAST
         assert (
             h.book()
-            >> DebuggerBytes(1, cmd(3, SUSPEND))
+            >> ConsumerBytes(1, cmd(3, SUSPEND))
             << lane
             << SendToVm(cmd(2, SUSPEND))
             >> VmBytes(reply(2, error=112))  # VM_DEAD
@@ -398,7 +398,7 @@ def alone(playbook: Playbook, their_id: int, vm_id: int, command: tuple[int, int
     reply, both on the fast lane."""
     return (
         playbook
-        >> DebuggerBytes(1, cmd(their_id, command))
+        >> ConsumerBytes(1, cmd(their_id, command))
         << FAST
         << SendToVm(cmd(vm_id, command))
         >> VmBytes(reply(vm_id))
@@ -410,8 +410,8 @@ def alone(playbook: Playbook, their_id: int, vm_id: int, command: tuple[int, int
 def second_joins(playbook: Playbook) -> Playbook:
     return (
         playbook
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)
+        >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> ConsumerBytes(2, HANDSHAKE)
         << SLOW
         << SendToDebugger(2, HANDSHAKE)
     )
@@ -429,7 +429,7 @@ def test_a_lone_debugger_s_vm_suspend_and_resume_take_the_fast_lane_and_the_ledg
     # Resume, which balances nothing of its own, is answered here and the VM stays suspended.
     assert (
         second_joins(h.book())
-        >> DebuggerBytes(2, cmd(7, RESUME))
+        >> ConsumerBytes(2, cmd(7, RESUME))
         << SLOW
         << SendToDebugger(2, reply(7))
     )
@@ -440,7 +440,7 @@ def test_a_lane_suspend_is_released_when_its_debugger_leaves_others_behind() -> 
     h = ready(1)
     assert (
         second_joins(alone(h.book(), 3, 2, SUSPEND))
-        >> DebuggerLeft(1, "closed")
+        >> ConsumerLeft(1, "closed")
         << CloseDebugger(1, "left")
         << SendToVm(cmd(3, RESUME))  # what debugger 1 held is let go; debugger 2 held nothing
     )
@@ -456,7 +456,7 @@ def test_vm_resume_of_nothing_held_by_the_sender_is_answered_here() -> None:
         >> VmBytes(composite(ALL, bp(5)))
         << SLOW
         << SendToDebugger(1, composite(ALL, bp(5)))
-        >> DebuggerBytes(2, cmd(2, RESUME))
+        >> ConsumerBytes(2, cmd(2, RESUME))
         << SLOW
         << SendToDebugger(2, reply(2))  # debugger 1's suspension stays
     )
@@ -468,7 +468,7 @@ def test_exit_is_logged_with_the_debuggers_it_ends() -> None:
     assert h.router.relay_from_debugger(1, cmd(6, EXIT, int4(0))) is None
     assert (
         h.book(logs=True)
-        >> DebuggerBytes(1, cmd(6, EXIT, int4(0)))
+        >> ConsumerBytes(1, cmd(6, EXIT, int4(0)))
         << SLOW
         << Log(
             "vm.exit_requested",
@@ -485,12 +485,12 @@ def test_hold_and_release_events_are_answered_here_per_debugger() -> None:
     assert h.router.relay_from_debugger(1, cmd(5, HOLD)) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(5, HOLD))
+        >> ConsumerBytes(1, cmd(5, HOLD))
         << SLOW
         << SendToDebugger(1, reply(5))
         >> VmBytes(composite(NONE, bp(5)))
         << SLOW
-        >> DebuggerBytes(1, cmd(7, RELEASE))
+        >> ConsumerBytes(1, cmd(7, RELEASE))
         << SLOW
         << SendToDebugger(1, reply(7))
         << SendToDebugger(1, composite(NONE, bp(5)))
@@ -503,7 +503,7 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
     assert h.router.relay_from_debugger(1, cmd(3, T_SUSPEND, tid(T1))) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
@@ -514,10 +514,10 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
     assert h.router.relay_from_debugger(2, cmd(4, T_RESUME, tid(T1))) is None
     assert (
         h.book()
-        >> DebuggerBytes(2, cmd(4, T_RESUME, tid(T1)))
+        >> ConsumerBytes(2, cmd(4, T_RESUME, tid(T1)))
         << SLOW
         << SendToDebugger(2, reply(4))  # not its own: answered here, the thread stays held
-        >> DebuggerBytes(1, cmd(5, T_RESUME, tid(T1)))
+        >> ConsumerBytes(1, cmd(5, T_RESUME, tid(T1)))
         << SLOW
         << SendToVm(cmd(3, T_RESUME, tid(T1)))
     )
@@ -529,13 +529,13 @@ def test_suspend_count_is_the_sender_s_own() -> None:
     assert h.router.relay_from_debugger(2, cmd(1, T_COUNT, tid(T1))) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
         << FAST  # a Suspend carried out: its reply is not read
         << SendToDebugger(1, reply(3))
-        >> DebuggerBytes(2, cmd(1, T_COUNT, tid(T1)))
+        >> ConsumerBytes(2, cmd(1, T_COUNT, tid(T1)))
         << SLOW
         << SendToVm(cmd(3, T_COUNT, tid(T1)))
         >> VmBytes(reply(3, int4(1)))  # watched: the reply is read and rewritten
@@ -555,7 +555,7 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
     h = ready(1)
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, command, body))
+        >> ConsumerBytes(1, cmd(3, command, body))
         << FAST
         << SendToVm(cmd(2, command, body))
     )
@@ -564,13 +564,13 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
     assert h.router.relay_from_debugger(2, cmd(4, command, body)) is None
     playbook = (
         h.book()
-        >> DebuggerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
+        >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
         << SLOW
         << SendToVm(cmd(2, T_SUSPEND, tid(T1)))
         >> VmBytes(reply(2))
         << FAST  # a Suspend carried out: its reply is not read
         << SendToDebugger(1, reply(3))
-        >> DebuggerBytes(2, cmd(4, command, body))
+        >> ConsumerBytes(2, cmd(4, command, body))
         << SLOW
     )
     if command == (THREAD, 4):  # Status: asked, and the suspended bit taken out
@@ -587,7 +587,7 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
     # The holder reads its own thread from the VM.
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(5, command, body))
+        >> ConsumerBytes(1, cmd(5, command, body))
         << SLOW
         << SendToVm(cmd(4 if command == (THREAD, 4) else 3, command, body))
     )
@@ -601,7 +601,7 @@ def test_event_request_set_gives_the_sender_its_request() -> None:
     assert h.router.relay_from_debugger(1, cmd(3, SET, set_bp(ALL))) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, SET, set_bp(ALL)))
+        >> ConsumerBytes(1, cmd(3, SET, set_bp(ALL)))
         << SLOW
         << SendToVm(cmd(2, SET, set_bp(ALL)))
         >> VmBytes(reply(2, int4(5)))  # watched: the requestID is read
@@ -620,10 +620,10 @@ def test_event_request_clear_of_another_s_request_is_answered_here() -> None:
     assert h.router.relay_from_debugger(2, cmd(8, CLEAR, clear(BREAKPOINT, 5))) is None
     assert (
         h.book()
-        >> DebuggerBytes(2, cmd(8, CLEAR, clear(BREAKPOINT, 5)))
+        >> ConsumerBytes(2, cmd(8, CLEAR, clear(BREAKPOINT, 5)))
         << SLOW
         << SendToDebugger(2, reply(8))
-        >> DebuggerBytes(1, cmd(9, CLEAR, clear(BREAKPOINT, 5)))
+        >> ConsumerBytes(1, cmd(9, CLEAR, clear(BREAKPOINT, 5)))
         << SLOW
         << SendToVm(cmd(3, CLEAR, clear(BREAKPOINT, 5)))
     )
@@ -635,7 +635,7 @@ def test_clear_all_breakpoints_clears_only_the_sender_s() -> None:
     assert h.router.relay_from_debugger(1, cmd(3, CLEAR_BREAKPOINTS)) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, cmd(3, CLEAR_BREAKPOINTS))
+        >> ConsumerBytes(1, cmd(3, CLEAR_BREAKPOINTS))
         << SLOW
         << SendToDebugger(1, reply(3))  # it owns none: answered at once
         >> VmBytes(composite(NONE, bp(7)))
@@ -653,7 +653,7 @@ def test_ddm_requests_go_through_the_sharing_rules() -> None:
     assert h.router.relay_from_debugger(1, helo) is None
     assert (
         h.book()
-        >> DebuggerBytes(1, helo)
+        >> ConsumerBytes(1, helo)
         << SLOW
         << SendToVm(encode(ddm_command(2, HeloRequest(1))))
     )

@@ -22,9 +22,9 @@ from ddmd.protocol.jdwp import (
 )
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import (
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
     VmBytes,
     VmClosed,
     VmConnected,
@@ -81,15 +81,15 @@ class RouterHarness:
         if isinstance(item, VmClosed):
             r.disconnected()
             return []
-        if isinstance(item, DebuggerJoined):
-            return r.debugger_joined(item.debugger, item.via, item.peer)
-        if isinstance(item, DebuggerBytes):
-            out, leaving = r.debugger_data(item.debugger, item.data)
+        if isinstance(item, ConsumerJoined):
+            return r.debugger_joined(item.consumer, item.via, item.peer)
+        if isinstance(item, ConsumerBytes):
+            out, leaving = r.debugger_data(item.consumer, item.data)
             if leaving is not None:
-                out += self._leave(item.debugger, leaving)
+                out += self._leave(item.consumer, leaving)
             return out
-        if isinstance(item, DebuggerLeft):
-            return self._leave(item.debugger, item.reason)
+        if isinstance(item, ConsumerLeft):
+            return self._leave(item.consumer, item.reason)
         raise AssertionError(f"no such input {item!r}")
 
     def _leave(self, debugger: int, reason: str) -> list[Command]:
@@ -104,8 +104,8 @@ def attached(harness: RouterHarness, *debuggers: int) -> Playbook:
     for d in debuggers:
         playbook = (
             playbook
-            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
-            >> DebuggerBytes(d, HANDSHAKE)
+            >> ConsumerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> ConsumerBytes(d, HANDSHAKE)
             << SendToDebugger(d, HANDSHAKE)
         )
     return playbook
@@ -124,8 +124,8 @@ def test_handshake_waits_while_the_vm_is_not_connected() -> None:
     h = RouterHarness()
     assert (
         Playbook(h.handle)
-        >> DebuggerJoined(1, "current", "127.0.0.1:40001")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "current", "127.0.0.1:40001")
+        >> ConsumerBytes(1, HANDSHAKE)
         >> VmConnected(1.0)
         << SendToDebugger(1, HANDSHAKE)
     )
@@ -133,10 +133,10 @@ def test_handshake_waits_while_the_vm_is_not_connected() -> None:
 
 def test_a_handshake_split_anywhere_is_still_one_handshake() -> None:
     h = RouterHarness()
-    playbook = Playbook(h.handle) >> VmConnected(0.0) >> DebuggerJoined(1, "vm-port", "p")
+    playbook = Playbook(h.handle) >> VmConnected(0.0) >> ConsumerJoined(1, "vm-port", "p")
     for i in range(len(HANDSHAKE) - 1):
-        playbook = playbook >> DebuggerBytes(1, HANDSHAKE[i : i + 1])
-    assert playbook >> DebuggerBytes(1, HANDSHAKE[-1:]) << SendToDebugger(1, HANDSHAKE)
+        playbook = playbook >> ConsumerBytes(1, HANDSHAKE[i : i + 1])
+    assert playbook >> ConsumerBytes(1, HANDSHAKE[-1:]) << SendToDebugger(1, HANDSHAKE)
 
 
 # ------------------------------------------------------------------------------ ids
@@ -147,9 +147,9 @@ def test_commands_get_fresh_vm_ids_and_replies_get_their_own_back() -> None:
     assert (
         attached(h, 1, 2)
         # Both debuggers count from 1 (JDI does); the VM sees 1 and 2.
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(1, VERSION))
-        >> DebuggerBytes(2, cmd(1, VERSION))
+        >> ConsumerBytes(2, cmd(1, VERSION))
         << SendToVm(cmd(2, VERSION))
         # Replies in the other order, each to its sender with the sender's id.
         >> VmBytes(reply(2, b"two"))
@@ -240,7 +240,7 @@ def test_ddmd_s_own_ids_never_collide_with_a_debugger_s() -> None:
     assert vm_id == 1
     assert (
         playbook
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(2, VERSION))  # 1 is still ddmd's
         >> VmBytes(reply(1, b"ddm"))
         >> VmBytes(reply(2, b"jdwp"))
@@ -265,11 +265,11 @@ def test_reply_packets_from_a_debugger_never_reach_the_vm() -> None:
     assert (
         Playbook(h.handle, logs=True)
         >> VmConnected(0.0)
-        >> DebuggerJoined(1, "vm-port", "p")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "vm-port", "p")
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
         << Log("debugger.attached", fields=Placeholder())
-        >> DebuggerBytes(1, reply(5))
+        >> ConsumerBytes(1, reply(5))
         << Log("debugger.reply_dropped", fields={"debugger": 1, "id": 5, "error": 0})
     )
 
@@ -287,8 +287,8 @@ def test_a_suspending_vm_start_is_kept_for_the_first_debugger() -> None:
     assert (
         Playbook(h.handle)
         >> VmConnected(0.0, leftover=VM_START_SUSPENDED)
-        >> DebuggerJoined(1, "current", "p")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "current", "p")
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
         << SendToDebugger(1, VM_START_SUSPENDED)
     )
@@ -299,8 +299,8 @@ def test_a_vm_start_of_a_running_vm_is_not_kept() -> None:
     assert (
         Playbook(h.handle)
         >> VmConnected(0.0, leftover=VM_START_RUNNING)
-        >> DebuggerJoined(1, "current", "p")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "current", "p")
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
     )
 
@@ -320,7 +320,7 @@ def test_dispose_is_answered_here_and_the_debugger_leaves() -> None:
     h = RouterHarness()
     assert (
         attached(h, 1)
-        >> DebuggerBytes(1, cmd(9, DISPOSE))
+        >> ConsumerBytes(1, cmd(9, DISPOSE))
         << SendToDebugger(1, reply(9))
         << CloseDebugger(1, "left")
     )
@@ -331,11 +331,11 @@ def test_id_sizes_are_asked_once_then_answered_from_the_cache() -> None:
     h = RouterHarness()
     assert (
         attached(h, 1)
-        >> DebuggerBytes(1, cmd(1, ID_SIZES))
+        >> ConsumerBytes(1, cmd(1, ID_SIZES))
         << SendToVm(cmd(1, ID_SIZES))
         >> VmBytes(reply(1, SIZES))
         << SendToDebugger(1, reply(1, SIZES))
-        >> DebuggerBytes(1, cmd(3, ID_SIZES))
+        >> ConsumerBytes(1, cmd(3, ID_SIZES))
         << SendToDebugger(1, reply(3, SIZES))
     )
 
@@ -345,11 +345,11 @@ def test_version_is_asked_once_then_answered_from_the_cache() -> None:
     version = b"\x00\x00\x00\x03abc" + bytes(8) + b"\x00\x00\x00\x00" * 2
     assert (
         attached(h, 1, 2)
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(1, VERSION))
         >> VmBytes(reply(1, version))
         << SendToDebugger(1, reply(1, version))
-        >> DebuggerBytes(2, cmd(9, VERSION))
+        >> ConsumerBytes(2, cmd(9, VERSION))
         << SendToDebugger(2, reply(9, version))
     )
 
@@ -361,9 +361,9 @@ def test_a_departed_debugger_s_replies_go_nowhere() -> None:
     h = RouterHarness()
     assert (
         attached(h, 1, 2)
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(1, VERSION))
-        >> DebuggerLeft(1, "killed")
+        >> ConsumerLeft(1, "killed")
         << CloseDebugger(1, "left")
         >> VmBytes(reply(1, b"late"))  # nothing for debugger 2, nothing for ddmd
     )
@@ -398,7 +398,7 @@ def test_a_departure_in_the_middle_of_a_streamed_reply_drops_the_rest() -> None:
     header = Placeholder("header")
     playbook = (
         attached(h, 1)
-        >> DebuggerBytes(1, cmd(1, VERSION))
+        >> ConsumerBytes(1, cmd(1, VERSION))
         << SendToVm(cmd(1, VERSION))
         >> VmBytes(reply(1, big)[:100])
         << SendToDebugger(1, header, more=True)
@@ -408,7 +408,7 @@ def test_a_departure_in_the_middle_of_a_streamed_reply_drops_the_rest() -> None:
     assert header.value[:4] == (11 + 1000).to_bytes(4, "big")
     assert (
         playbook
-        >> DebuggerLeft(1, "slow consumer")
+        >> ConsumerLeft(1, "slow consumer")
         << CloseDebugger(1, "left")
         >> VmBytes(reply(1, big)[100:])
         # The next packet is routed normally again: the relay ended with the big one.
@@ -421,7 +421,7 @@ def test_a_streamed_reply_reaches_its_debugger_whole() -> None:
     big = bytes(range(256)) * 4
     sent: list[bytes] = []
     out = attached(h, 1)
-    assert out >> DebuggerBytes(1, cmd(5, VERSION)) << SendToVm(cmd(1, VERSION))
+    assert out >> ConsumerBytes(1, cmd(5, VERSION)) << SendToVm(cmd(1, VERSION))
     data = reply(1, big)
     for i in range(0, len(data), 37):
         for command in h.router.vm_data(data[i : i + 37]):
@@ -432,7 +432,7 @@ def test_a_streamed_reply_reaches_its_debugger_whole() -> None:
 
 def test_the_end_of_the_vm_connection_fails_every_pending_command() -> None:
     h = RouterHarness()
-    assert attached(h, 1) >> DebuggerBytes(1, cmd(1, VERSION)) << SendToVm(cmd(1, VERSION))
+    assert attached(h, 1) >> ConsumerBytes(1, cmd(1, VERSION)) << SendToVm(cmd(1, VERSION))
     h.router.send_own("ddmd", CommandSet.DDM, 1, b"", deadline=5.0)
     dropped = h.router.disconnected()
     assert [p.vm_id for p in dropped] == [1, 2]

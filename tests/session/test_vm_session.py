@@ -42,9 +42,9 @@ from ddmd.session.commands import (
 from ddmd.session.inputs import (
     Call,
     CauseGc,
-    DebuggerBytes,
-    DebuggerJoined,
-    DebuggerLeft,
+    ConsumerBytes,
+    ConsumerJoined,
+    ConsumerLeft,
     DumpHeap,
     GetStack,
     Input,
@@ -228,8 +228,8 @@ def attach(vm: Vm, *debuggers: int) -> Vm:
     for d in debuggers:
         assert (
             vm.book()
-            >> DebuggerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
-            >> DebuggerBytes(d, HANDSHAKE)
+            >> ConsumerJoined(d, "vm-port", f"127.0.0.1:{40000 + d}")
+            >> ConsumerBytes(d, HANDSHAKE)
             << SendToDebugger(d, HANDSHAKE)
         )
     return vm
@@ -334,7 +334,7 @@ def test_closed_is_the_end() -> None:
         >> VmClosed("eof")
         << Changed()
         >> VmClosed("eof again")
-        >> DebuggerJoined(1, "current", "127.0.0.1:40001")
+        >> ConsumerJoined(1, "current", "127.0.0.1:40001")
         << CloseDebugger(1, "rejected")
     )
     assert vm.session.state == "closed"
@@ -835,7 +835,7 @@ def test_a_debugger_over_the_limit_is_turned_away_naming_the_holder() -> None:
     vm = attach(ready(), 1)
     assert (
         vm.book(logs=True)
-        >> DebuggerJoined(2, "current", "127.0.0.1:40002")
+        >> ConsumerJoined(2, "current", "127.0.0.1:40002")
         << Log(
             "debugger.rejected",
             "warning",
@@ -855,11 +855,11 @@ def test_with_two_allowed_the_third_is_turned_away_and_the_last_to_leave_release
     vm = attach(ready(max_debuggers=2), 1, 2)
     assert (
         vm.book()
-        >> DebuggerJoined(3, "current", "127.0.0.1:40003")
+        >> ConsumerJoined(3, "current", "127.0.0.1:40003")
         << CloseDebugger(3, "rejected")
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")  # debugger 2 still works with the VM: no release
-        >> DebuggerLeft(2, "debugger closed the connection")
+        >> ConsumerLeft(2, "debugger closed the connection")
         << CloseDebugger(2, "left")
         << asks(6, ddm.Dbgd())
     )
@@ -870,7 +870,7 @@ def test_dispose_is_answered_here_and_starts_the_release() -> None:
     vm = attach(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, cmd(9, DISPOSE))
+        >> ConsumerBytes(1, cmd(9, DISPOSE))
         << SendToDebugger(1, reply(9))  # never forwarded to the VM
         << CloseDebugger(1, "left")
         << asks(6, ddm.Dbgd())
@@ -882,12 +882,12 @@ def test_an_acknowledged_release_keeps_the_connection_and_lets_the_held_debugger
     vm = attach(ready(), 1)
     assert (
         vm.book(changes=True)
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << Changed()
         << asks(6, ddm.Dbgd())
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)  # held while the VM lets go of debugger 1
+        >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> ConsumerBytes(2, HANDSHAKE)  # held while the VM lets go of debugger 1
     )
     assert vm.session.state == "releasing"
     assert (
@@ -913,11 +913,11 @@ def test_a_release_without_acknowledgement_reconnects(ending: Input) -> None:
     vm = attach(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << asks(6, ddm.Dbgd())
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)
+        >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> ConsumerBytes(2, HANDSHAKE)
         >> ending
         << Reconnect("recycled after the debugger left")
     )
@@ -936,7 +936,7 @@ def test_a_call_while_the_connection_is_reopened_is_refused_and_marks_nothing() 
     vm = attach(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << asks(6, ddm.Dbgd())
         >> Tick(1.0)
@@ -973,7 +973,7 @@ def test_a_plain_jvm_is_reconnected_at_once_and_not_asked_for_ddm_again() -> Non
     vm = attach(plain_jvm(), 1)
     assert (
         vm.book()
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << Reconnect("recycled after the debugger left")
         >> VmConnected(1.0)
@@ -985,14 +985,14 @@ def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> 
     vm = attach(plain_jvm(), 1)
     assert (
         vm.book(logs=True)
-        >> DebuggerLeft(1, "debugger closed the connection")
+        >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
         << Log("debugger.detached", fields=Placeholder())
         << Log("vm.reconnecting", "debug")
         << Reconnect("recycled after the debugger left")
         >> Tick(1.0)
-        >> DebuggerJoined(2, "vm-port", "127.0.0.1:40002")
-        >> DebuggerBytes(2, HANDSHAKE)
+        >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
+        >> ConsumerBytes(2, HANDSHAKE)
         >> Tick(10.9)
         >> Tick(11.0)
         << Log(
@@ -1007,8 +1007,8 @@ def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> 
     assert (
         vm.book()
         >> VmConnected(12.0)
-        >> DebuggerJoined(3, "vm-port", "127.0.0.1:40003")
-        >> DebuggerBytes(3, HANDSHAKE)
+        >> ConsumerJoined(3, "vm-port", "127.0.0.1:40003")
+        >> ConsumerBytes(3, HANDSHAKE)
         << SendToDebugger(3, HANDSHAKE)
     )
 
@@ -1052,8 +1052,8 @@ def test_a_suspending_vm_start_is_held_for_the_first_debugger() -> None:
         << asks(3, ddm.ThreadNotify(True))
         << asks(4, ddm.HeapInfoRequest(3))
         << asks(5, ddm.HeapInfoRequest(1))
-        >> DebuggerJoined(1, "current", "127.0.0.1:40001")
-        >> DebuggerBytes(1, HANDSHAKE)
+        >> ConsumerJoined(1, "current", "127.0.0.1:40001")
+        >> ConsumerBytes(1, HANDSHAKE)
         << SendToDebugger(1, HANDSHAKE)
         << SendToDebugger(1, VM_START)
     )
@@ -1063,7 +1063,7 @@ def test_a_debugger_command_gets_a_fresh_vm_id_and_its_own_back() -> None:
     vm = attach(ready(), 1)
     assert (
         vm.book()
-        >> DebuggerBytes(1, cmd(1, VERSION))  # JDI's ids collide with ddmd's: rewritten
+        >> ConsumerBytes(1, cmd(1, VERSION))  # JDI's ids collide with ddmd's: rewritten
         << SendToVm(cmd(6, VERSION))
         >> Call(1, GetStack(1))
         << asks(7, ddm.StackTraceRequest(1))
@@ -1140,9 +1140,9 @@ def test_everything_ddmd_writes_of_its_own_to_a_ddm_vm_is_one_ddm_request() -> N
         Call(4, GetStack(1)),
         Tick(2.0),
         Tick(10.0),
-        DebuggerJoined(1, "vm-port", "127.0.0.1:40001"),
-        DebuggerBytes(1, HANDSHAKE),
-        DebuggerLeft(1, "debugger closed the connection"),
+        ConsumerJoined(1, "vm-port", "127.0.0.1:40001"),
+        ConsumerBytes(1, HANDSHAKE),
+        ConsumerLeft(1, "debugger closed the connection"),
         Tick(12.0),  # no acknowledgement of the release: reconnect
         VmConnected(13.0),
     ]
@@ -1236,7 +1236,7 @@ def test_a_debugger_never_sees_the_thread_polls_replies() -> None:
         vm.book()
         >> Call(1, RefreshThreads())
         << SendToVm(cmd(3, (1, 7)))
-        >> DebuggerBytes(7, cmd(3, VERSION))  # the debugger's own id 3: no clash
+        >> ConsumerBytes(7, cmd(3, VERSION))  # the debugger's own id 3: no clash
         << SendToVm(cmd(4, VERSION))
         >> VmBytes(reply(3, SIZES))
         << SendToVm(cmd(5, (1, 4)))
