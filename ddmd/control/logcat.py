@@ -99,7 +99,7 @@ class _Logcat:
         )
 
     @staticmethod
-    def _backlog(
+    def backlog(
         device: DeviceLogcat, wanted: LineFilter, request: Request, default: int | None
     ) -> list[Item]:
         q = request.query_params
@@ -122,7 +122,7 @@ class _Logcat:
         try:
             device, app = self._where(request, by_vm=by_vm)
             wanted = self._filter(request, app)
-            self._backlog(device, wanted, request, None)  # checks `since` early
+            self.backlog(device, wanted, request, None)  # checks `since` early
         except _NoLogcat as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except ValueError as exc:
@@ -137,7 +137,7 @@ class _Logcat:
                         await viewer.next_batch()
                     if quiet.cancelled_caught:
                         break
-        items = self._backlog(device, wanted, request, None)
+        items = self.backlog(device, wanted, request, None)
         return JSONResponse(
             {
                 "device": device.serial,
@@ -151,7 +151,7 @@ class _Logcat:
         try:
             device, app = self._where(request, by_vm=by_vm)
             wanted = self._filter(request, app)
-            self._backlog(device, wanted, request, DEFAULT_BACKLOG)  # checks `since` early
+            self.backlog(device, wanted, request, DEFAULT_BACKLOG)  # checks `since` early
         except _NoLogcat as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except ValueError as exc:
@@ -184,7 +184,7 @@ class _LogcatStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         device = self._device
         with device.subscribe(self._wanted) as viewer:
-            backlog = self._api._backlog(device, self._wanted, self._request, DEFAULT_BACKLOG)
+            backlog = self._api.backlog(device, self._wanted, self._request, DEFAULT_BACKLOG)
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with trio.open_nursery() as nursery:
 

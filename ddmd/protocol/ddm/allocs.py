@@ -40,7 +40,7 @@ class AllocTrackingEnable(Chunk):
         return _flag(self.enable)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("enable") != 0)
 
 
@@ -65,7 +65,7 @@ class AllocTrackingStatus(Chunk):
         return _flag(self.enabled)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("enabled") != 0)
 
 
@@ -203,7 +203,7 @@ class Allocations(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         (
             header_length,
             entry_header_length,

@@ -370,7 +370,7 @@ class Chunk:
         raise NotImplementedError
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         raise NotImplementedError
 
 
@@ -382,7 +382,7 @@ class _EmptyChunk(Chunk):
         return b""
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls()
 
 
@@ -399,7 +399,7 @@ class _OpaqueChunk(Chunk):
         return self.data
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.rest())
 
 
@@ -416,5 +416,5 @@ class _HeapIdChunk(Chunk):
         return _U4.pack(self.heap_id)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("heap id"))

@@ -109,7 +109,7 @@ class Fail(Chunk):
         return _S4.pack(self.code) + _str16(self.message)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.s4("error code"), r.str16("message"))
 
 
@@ -136,7 +136,7 @@ class Zlib(Chunk):
         return _U4.pack(self.original_type) + _U4.pack(self.original_length) + self.stream
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         original_type = r.u4("original type")
         if original_type == ChunkType.ZLIB:
             raise r.error("original type is ZLIB: nested ZLIB is not allowed")
@@ -220,7 +220,7 @@ class UnknownChunk(Chunk):
         return self.data
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.chunk_type, r.rest())
 
 
@@ -230,31 +230,31 @@ class UnknownChunk(Chunk):
 _Decoder = Callable[[_Reader], Chunk]
 
 _BOTH: Final[dict[int, _Decoder]] = {
-    ChunkType.WAIT: WaitForDebugger._decode,
-    ChunkType.APNM: AppName._decode,
-    ChunkType.EXIT: ExitRequest._decode,
-    ChunkType.DBGD: Dbgd._decode,
-    ChunkType.ZLIB: Zlib._decode,
-    ChunkType.FAIL: Fail._decode,
-    ChunkType.THEN: ThreadNotify._decode,
-    ChunkType.THCR: ThreadCreated._decode,
-    ChunkType.THDE: ThreadDied._decode,
-    ChunkType.THNM: ThreadRenamed._decode,
-    ChunkType.HPSO: HeapSegmentObjects._decode,
-    ChunkType.HPST: HeapStart._decode,
-    ChunkType.HPEN: HeapEnd._decode,
-    ChunkType.NHST: NativeHeapStart._decode,
-    ChunkType.NHEN: NativeHeapEnd._decode,
-    ChunkType.HPGC: GcRequest._decode,
-    ChunkType.REAE: AllocTrackingEnable._decode,
-    ChunkType.MPRS: MethodTraceStart._decode,
-    ChunkType.MPSS: MethodTraceStreamStart._decode,
-    ChunkType.SPSS: SamplingStart._decode,
-    ChunkType.SPSE: SamplingEnd._decode,
-    ChunkType.VULW: ViewDebug._decode,
-    ChunkType.VURT: ViewDebug._decode,
-    ChunkType.VUOP: ViewDebug._decode,
-    ChunkType.VUGL: ViewDebug._decode,
+    ChunkType.WAIT: WaitForDebugger.from_reader,
+    ChunkType.APNM: AppName.from_reader,
+    ChunkType.EXIT: ExitRequest.from_reader,
+    ChunkType.DBGD: Dbgd.from_reader,
+    ChunkType.ZLIB: Zlib.from_reader,
+    ChunkType.FAIL: Fail.from_reader,
+    ChunkType.THEN: ThreadNotify.from_reader,
+    ChunkType.THCR: ThreadCreated.from_reader,
+    ChunkType.THDE: ThreadDied.from_reader,
+    ChunkType.THNM: ThreadRenamed.from_reader,
+    ChunkType.HPSO: HeapSegmentObjects.from_reader,
+    ChunkType.HPST: HeapStart.from_reader,
+    ChunkType.HPEN: HeapEnd.from_reader,
+    ChunkType.NHST: NativeHeapStart.from_reader,
+    ChunkType.NHEN: NativeHeapEnd.from_reader,
+    ChunkType.HPGC: GcRequest.from_reader,
+    ChunkType.REAE: AllocTrackingEnable.from_reader,
+    ChunkType.MPRS: MethodTraceStart.from_reader,
+    ChunkType.MPSS: MethodTraceStreamStart.from_reader,
+    ChunkType.SPSS: SamplingStart.from_reader,
+    ChunkType.SPSE: SamplingEnd.from_reader,
+    ChunkType.VULW: ViewDebug.from_reader,
+    ChunkType.VURT: ViewDebug.from_reader,
+    ChunkType.VUOP: ViewDebug.from_reader,
+    ChunkType.VUGL: ViewDebug.from_reader,
 }
 
 _DECODERS: Final[Mapping[Direction, Mapping[int, _Decoder]]] = MappingProxyType(
@@ -262,41 +262,41 @@ _DECODERS: Final[Mapping[Direction, Mapping[int, _Decoder]]] = MappingProxyType(
         Direction.TO_VM: MappingProxyType(
             {
                 **_BOTH,
-                ChunkType.HELO: HeloRequest._decode,
-                ChunkType.FEAT: FeatRequest._decode,
-                ChunkType.THST: ThreadStatusRequest._decode,
-                ChunkType.STKL: StackTraceRequest._decode,
-                ChunkType.HPIF: HeapInfoRequest._decode,
-                ChunkType.HPSG: HeapSegmentRequest._decode,
-                ChunkType.NHSG: NativeHeapSegmentRequest._decode,
-                ChunkType.HPDU: HeapDumpRequest._decode,
-                ChunkType.HPDS: HeapDumpStreamRequest._decode,
-                ChunkType.REAQ: AllocTrackingQuery._decode,
-                ChunkType.REAL: AllocationsRequest._decode,
-                ChunkType.NHGT: NativeHeapRequest._decode,
-                ChunkType.MPRE: MethodTraceEnd._decode,
-                ChunkType.MPSE: MethodTraceStreamEnd._decode,
-                ChunkType.MPRQ: ProfilingQuery._decode,
+                ChunkType.HELO: HeloRequest.from_reader,
+                ChunkType.FEAT: FeatRequest.from_reader,
+                ChunkType.THST: ThreadStatusRequest.from_reader,
+                ChunkType.STKL: StackTraceRequest.from_reader,
+                ChunkType.HPIF: HeapInfoRequest.from_reader,
+                ChunkType.HPSG: HeapSegmentRequest.from_reader,
+                ChunkType.NHSG: NativeHeapSegmentRequest.from_reader,
+                ChunkType.HPDU: HeapDumpRequest.from_reader,
+                ChunkType.HPDS: HeapDumpStreamRequest.from_reader,
+                ChunkType.REAQ: AllocTrackingQuery.from_reader,
+                ChunkType.REAL: AllocationsRequest.from_reader,
+                ChunkType.NHGT: NativeHeapRequest.from_reader,
+                ChunkType.MPRE: MethodTraceEnd.from_reader,
+                ChunkType.MPSE: MethodTraceStreamEnd.from_reader,
+                ChunkType.MPRQ: ProfilingQuery.from_reader,
             }
         ),
         Direction.FROM_VM: MappingProxyType(
             {
                 **_BOTH,
-                ChunkType.HELO: HeloReply._decode,
-                ChunkType.FEAT: FeatReply._decode,
+                ChunkType.HELO: HeloReply.from_reader,
+                ChunkType.FEAT: FeatReply.from_reader,
                 ChunkType.THST: _decode_thst_from_vm,
-                ChunkType.STKL: StackTrace._decode,
-                ChunkType.HPIF: HeapInfo._decode,
-                ChunkType.HPSG: HeapSegment._decode,
-                ChunkType.NHSG: NativeHeapSegment._decode,
-                ChunkType.HPDU: HeapDumpResult._decode,
-                ChunkType.HPDS: HeapDumpStream._decode,
-                ChunkType.REAQ: AllocTrackingStatus._decode,
-                ChunkType.REAL: Allocations._decode,
-                ChunkType.NHGT: NativeHeapSnapshot._decode,
-                ChunkType.MPRE: MethodTraceEndResult._decode,
-                ChunkType.MPSE: MethodTraceData._decode,
-                ChunkType.MPRQ: ProfilingStatus._decode,
+                ChunkType.STKL: StackTrace.from_reader,
+                ChunkType.HPIF: HeapInfo.from_reader,
+                ChunkType.HPSG: HeapSegment.from_reader,
+                ChunkType.NHSG: NativeHeapSegment.from_reader,
+                ChunkType.HPDU: HeapDumpResult.from_reader,
+                ChunkType.HPDS: HeapDumpStream.from_reader,
+                ChunkType.REAQ: AllocTrackingStatus.from_reader,
+                ChunkType.REAL: Allocations.from_reader,
+                ChunkType.NHGT: NativeHeapSnapshot.from_reader,
+                ChunkType.MPRE: MethodTraceEndResult.from_reader,
+                ChunkType.MPSE: MethodTraceData.from_reader,
+                ChunkType.MPRQ: ProfilingStatus.from_reader,
             }
         ),
     }

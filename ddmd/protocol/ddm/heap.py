@@ -41,7 +41,7 @@ class HeapInfoRequest(Chunk):
         return _U1.pack(self.when)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("when"))
 
 
@@ -94,7 +94,7 @@ class HeapInfo(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         count = r.u4("heap count")
         if r.remaining != count * _HPIF_ENTRY.size:
             raise r.error(
@@ -119,7 +119,7 @@ class _SegmentRequest(Chunk):
         return _U1.pack(self.when) + _U1.pack(self.what)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("when"), r.u1("what"))
 
 
@@ -165,7 +165,7 @@ class SegmentChunk(Chunk):
         return head + self.usage
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         if r.size < _SEGMENT_HEAD.size:
             raise r.error(f"{r.size} bytes of data, shorter than the 17-byte segment header")
         heap_id, unit_size, start, offset, units = r.unpack(_SEGMENT_HEAD, "segment header")
@@ -242,7 +242,7 @@ class HeapDumpRequest(Chunk):
         return _str16(self.filename)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.str16("file name"))
 
 
@@ -260,7 +260,7 @@ class HeapDumpResult(Chunk):
         return _U1.pack(self.result)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("result"))
 
 

@@ -45,7 +45,7 @@ class HeloRequest(Chunk):
         return _U4.pack(self.version)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("server protocol version"))
 
 
@@ -111,7 +111,7 @@ class HeloReply(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         client_version, pid, n_vm, n_app = r.unpack(_HELO_HEAD, "fixed header")
         vm_ident = r.utf16(n_vm, "VM ident")
         app_name = r.utf16(n_app, "app name")
@@ -164,7 +164,7 @@ class FeatReply(Chunk):
         return _U4.pack(len(self.features)) + b"".join(_str16(f) for f in self.features)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         count = r.u4("feature count")
         r.require_count(count, 4, "feature count")
         return cls(tuple(r.str16(f"feature [{i}]") for i in range(count)))
@@ -184,7 +184,7 @@ class WaitForDebugger(Chunk):
         return _U1.pack(self.reason)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("reason"))
 
 
@@ -221,7 +221,7 @@ class AppName(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         app_name = r.str16("app name")
         user_id = r.s4("user id") if r.remaining else None
         package = r.str16("package name") if r.remaining else None
@@ -242,7 +242,7 @@ class ExitRequest(Chunk):
         return _U4.pack(self.status)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("exit status"))
 
 

@@ -38,7 +38,7 @@ class MethodTraceStart(Chunk):
         return _U4.pack(self.buffer_size) + _U4.pack(self.flags) + _str16(self.path)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("buffer size"), r.u4("flags"), r.str16("trace path"))
 
 
@@ -63,7 +63,7 @@ class MethodTraceEndResult(Chunk):
         return _U1.pack(self.result)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("result"))
 
 
@@ -83,7 +83,7 @@ class MethodTraceStreamStart(Chunk):
         return _U4.pack(self.buffer_size) + _U4.pack(self.flags)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("buffer size"), r.u4("flags"))
 
 
@@ -119,7 +119,7 @@ class SamplingStart(Chunk):
         return _U4.pack(self.buffer_size) + _U4.pack(self.flags) + _U4.pack(self.interval_us)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("buffer size"), r.u4("flags"), r.u4("sampling interval"))
 
 
@@ -151,5 +151,5 @@ class ProfilingStatus(Chunk):
         return _U1.pack(self.state)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("state"))

@@ -45,7 +45,7 @@ class ThreadNotify(Chunk):
         return _flag(self.enable)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u1("enable") != 0)
 
 
@@ -62,7 +62,7 @@ class _ThreadNameChunk(Chunk):
         return _U4.pack(self.thread_id) + _str16(self.name)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("thread id"), r.str16("thread name"))
 
 
@@ -94,7 +94,7 @@ class ThreadDied(Chunk):
         return _U4.pack(self.thread_id)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("thread id"))
 
 
@@ -113,7 +113,7 @@ class ThreadStatusRequest(Chunk):
         return b"" if self.interval is None else _U4.pack(self.interval)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         if r.size == 0:
             return cls()
         if r.size == 4:
@@ -179,7 +179,7 @@ class ThreadStatus(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         header_length, entry_length, count = r.unpack(_THST_HEAD, "header")
         threads = []
         for i in range(count):
@@ -224,7 +224,7 @@ class ThreadStatusDraft(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         count = r.u4("thread count")
         threads = []
         for i in range(count):
@@ -276,7 +276,7 @@ def _decode_thst_from_vm(r: _Reader) -> Chunk:
                 f"draft layout: {size} bytes of data, but count {count} needs exactly "
                 f"{4 + 6 * count}"
             )
-        return ThreadStatusDraft._decode(r)
+        return ThreadStatusDraft.from_reader(r)
     if header_length >= 4 and entry_length >= 18:
         (count,) = r.peek(_U2, 2)
         needed = header_length + count * entry_length
@@ -285,7 +285,7 @@ def _decode_thst_from_vm(r: _Reader) -> Chunk:
                 f"shipped layout: {size} bytes of data, but header length {header_length} + "
                 f"count {count} x entry length {entry_length} needs {needed}"
             )
-        return ThreadStatus._decode(r)
+        return ThreadStatus.from_reader(r)
     raise r.error(
         f"header length {header_length} / entry length {entry_length} match neither layout "
         "(draft: first byte 0; shipped: header length >= 4, entry length >= 18)"
@@ -306,7 +306,7 @@ class StackTraceRequest(Chunk):
         return _U4.pack(self.thread_id)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.u4("thread id"))
 
 
@@ -348,7 +348,7 @@ class StackTrace(Chunk):
         return b"".join(parts)
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         reserved = r.u4("reserved")
         thread_id = r.u4("thread id")
         count = r.u4("frame count")

@@ -35,5 +35,5 @@ class ViewDebug(Chunk):
         return self.data
 
     @classmethod
-    def _decode(cls, r: _Reader) -> Self:
+    def from_reader(cls, r: _Reader) -> Self:
         return cls(r.chunk_type, r.rest())

@@ -220,7 +220,7 @@ class Segment:
         """Figures for this segment alone (object_count is None: HPSG semantics)."""
         return _summarise(self.heap_id, self.unit_size, (self,), objects=False)
 
-    def _get_stats(self) -> _Stats:
+    def stats(self) -> _Stats:
         if self._stats is None:
             object.__setattr__(self, "_stats", _compute_stats(self.usage))
         assert self._stats is not None
@@ -436,7 +436,7 @@ def _summarise(
             )
         if seg.units == 0:
             continue
-        stats = seg._get_stats()
+        stats = seg.stats()
         for base in range(64):
             units_by_state[base] += stats.units_by_state[base]
             runs_by_state[base] += stats.runs_by_state[base]
