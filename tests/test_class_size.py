@@ -117,7 +117,7 @@ PUBLIC_UNDERSCORED = frozenset({"_replace", "_asdict", "_fields", "_make", "_fie
 
 def private_reaches(tree: ast.AST) -> list[tuple[int, str]]:
     """Every ``x._name`` where ``x`` is not ``self``/``cls``, an imported module or a class of the
-    same module: another object's private state (``self._s._out``, ``session._calls``, ``other._y``)."""
+    same module: another object's private state (``self._s._out``, ``session._calls``)."""
     modules = {
         (alias.asname or alias.name).split(".")[0]
         for node in ast.walk(tree)
