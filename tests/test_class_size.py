@@ -105,8 +105,7 @@ def test_no_class_is_built_from_mixins():
     if found:
         report = "\n".join(found)
         pytest.fail(
-            "compose parts the object owns instead of mixing classes in (style.md 2.1):\n"
-            f"{report}",
+            f"compose parts the object owns instead of mixing classes in (style.md 2.1):\n{report}",
             pytrace=False,
         )
 
