@@ -139,7 +139,7 @@ def _names(events: list[dict[str, Any]]) -> set[str]:
 
 
 def test_the_stream_and_the_log_name_each_shared_fact_alike():
-    """Every stream event the log also reports has the log's name (the README promises it)."""
+    """Every stream event the log also reports has the log's name (docs/api.md promises it)."""
     stream_only = {
         "stream.opened",  # the stream's own
         "overflow",

@@ -1,5 +1,5 @@
-"""The README's "Writing a DDM client" example, run as it is written (only its port changed) in
-a child process, talked to over a raw JDWP connection, then stopped with SIGTERM."""
+"""The "Writing a DDM client" example of docs/plugins.md, run as it is written (only its port
+changed) in a child process, talked to over a raw JDWP connection, then stopped with SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from ddmd.protocol import ddm
 from tests.actors.rawpeers import free_port_range
 from tests.client.rawserver import RawServer, open_raw, type_code
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PLUGINS_DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 CAP = 20  # seconds
 
 
 def example_code() -> str:
-    """The first python block of the README section "Writing a DDM client"."""
-    text = README.read_text()
+    """The first python block of the section "Writing a DDM client" of docs/plugins.md."""
+    text = PLUGINS_DOC.read_text()
     section = text.split("\n## Writing a DDM client\n", 1)[1].split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, "no python example in the README section"
+    assert match is not None, "no python example in the section of docs/plugins.md"
     return match.group(1)
 
 

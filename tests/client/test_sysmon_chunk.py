@@ -11,7 +11,8 @@ from ddmd.protocol.errors import LocalProtocolError, RemoteProtocolError
 from ddmd.sysmon import CHUNK_TYPE, CHUNK_TYPE_CODE, SystemReport, decode_report, encode_report
 from ddmd.sysmon.chunk import thousandths
 
-# Layout version 1, three CPUs (offsets as in ddmd/sysmon/chunk.py's docstring and the README).
+# Layout version 1, three CPUs (offsets as in ddmd/sysmon/chunk.py's docstring and in
+# docs/protocol-notes.md).
 GOLDEN_HEX = (
     "01"  # 0   layout version 1
     "0000018bcfe5687b"  # 1   timestamp 1700000000123 ms

@@ -9,7 +9,7 @@ situation, against the real control API over fake VMs (`profvm.Daemon`):
     3  no daemon answers at the control address
     4  run/demo: a ddmd already runs there (tests/test_instance.py)
 
-The same table is in `cli.client`'s docstring and the README's "Exit codes". A command that
+The same table is in `cli.client`'s docstring and docs/cli.md's "Exit codes". A command that
 has no such situation has no row for it (`hprof-summary` asks no daemon; `ports` reads the
 state file itself when no daemon answers, so that is its 0).
 """

@@ -1,5 +1,5 @@
-"""The README's plugin example, run as written: its handler counts heap-info pushes and
-publishes them, on a VM session (no event loop)."""
+"""The plugin example of docs/plugins.md, run as written: its handler counts heap-info pushes
+and publishes them, on a VM session (no event loop)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from ddmd.session.vm import SessionSettings, VmSession
 from tests.session.test_handlers import ready
 from tests.session.test_vm_session import ADDRESS, HEAP_INFO, Vm, push
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PLUGINS_DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 
 
 def readme_plugin() -> str:
-    text = README.read_text()
+    text = PLUGINS_DOC.read_text()
     section = text[text.index("## Writing a chunk handler plugin") :]
     match = re.search(r"```python\n# ddmd_gcwatch.py\n(.*?)```", section, re.S)
-    assert match, "the README's plugin example is gone"
+    assert match, "the plugin example of docs/plugins.md is gone"
     return match.group(1)
 
 
