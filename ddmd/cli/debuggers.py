@@ -1,5 +1,5 @@
 """`ddmd attach [TARGET]`: how a debugger reaches a VM through ddmd -- the exact jdb command
-line and Android Studio's "Remote JVM Debug" settings for the VM's own debugger port -- and,
+line and IntelliJ IDEA's "Remote JVM Debug" settings for the VM's own debugger port -- and,
 with ``--jdb``, jdb itself, attached.
 
 Layer: imports `cli.client` (the daemon's address, the httpx client, failures, exit codes, the
@@ -35,7 +35,7 @@ from ddmd.cli.format import print_json, vm_label
 
 __all__ = ["attach", "attach_lines", "debugger_host", "exec_program"]
 
-#: What Android Studio / IntelliJ IDEA call the run configuration and its mode.
+#: What IntelliJ IDEA calls the run configuration and its mode.
 STUDIO_CONFIGURATION = "Remote JVM Debug"
 STUDIO_MODE = "Attach to remote JVM"
 
@@ -62,7 +62,8 @@ def jdb_command(host: str, port: int) -> list[str]:
 
 
 def attach_lines(vm: dict[str, Any], host: str, port: int, current_port: int | None) -> list[str]:
-    """What `ddmd attach` prints: the VM, the jdb line, Android Studio's settings, and how the
+    """What `ddmd attach` prints: the VM, the jdb line, IntelliJ IDEA's settings, where Android
+    Studio goes instead (the adb front: README, "Share an app with Android Studio"), and how the
     current-VM port relates to this VM."""
     lines = [
         f"attach your debugger to {host}:{port} for {vm_label(vm)}",
@@ -70,10 +71,13 @@ def attach_lines(vm: dict[str, Any], host: str, port: int, current_port: int | N
         "jdb:",
         f"  {' '.join(jdb_command(host, port))}",
         "",
-        f"Android Studio / IntelliJ IDEA: Run > Edit Configurations > + > {STUDIO_CONFIGURATION}",
+        f"IntelliJ IDEA: Run > Edit Configurations > + > {STUDIO_CONFIGURATION}",
         f"  Debugger mode:  {STUDIO_MODE}",
         f"  Host:           {host}",
         f"  Port:           {port}",
+        "",
+        "Android Studio: point its adb at ddmd's adb front instead, then Attach Debugger to",
+        '  Android Process (docs/android-tools.md, "The adb front").',
     ]
     if current_port is not None and current_port != port:
         lines.append("")
@@ -87,9 +91,7 @@ def attach_lines(vm: dict[str, Any], host: str, port: int, current_port: int | N
     return lines
 
 
-@click.command(
-    "attach", short_help="Show how jdb or Android Studio attach to a VM (--jdb: run jdb)."
-)
+@click.command("attach", short_help="Show how jdb or an IDE attaches to a VM (--jdb: run jdb).")
 @target_argument
 @click.option("--jdb", "run_jdb", is_flag=True, help="Run jdb, attached to the VM.")
 @json_option
@@ -103,8 +105,9 @@ def attach(
     device: str | None,
 ) -> None:
     """Show how a debugger attaches to the VM TARGET (or the current VM) through ddmd: the
-    exact jdb command line, and Android Studio's "Remote JVM Debug" settings (host, port,
-    debugger mode "Attach to remote JVM") for the VM's own debugger port. With --jdb, run
+    exact jdb command line, and IntelliJ IDEA's "Remote JVM Debug" settings (host, port,
+    debugger mode "Attach to remote JVM") for the VM's own debugger port; Android Studio
+    attaches through ddmd's adb front instead. With --jdb, run
     jdb attached to it (it must be on PATH; it comes with every JDK)."""
     where = daemon_address("attach", config_file, control, device)
 

@@ -1,4 +1,4 @@
-"""The exit codes of every `ddmd` command: one table (the README's "Exit codes"; each command and
+"""The exit codes of every `ddmd` command: one table (docs/cli.md's "Exit codes"; each command and
 situation is checked by tests/control/test_exit_codes.py), whatever the output format:
 
     0  done; also an empty list, a GC the VM did not confirm, and Ctrl-C ending --watch,

@@ -5,7 +5,7 @@ Layer: the top; imports config, errors, logs, netaddr, instance (the "already ru
 and the client command modules, and the daemon lazily inside `ddmd run` (`sim.demo` inside
 `ddmd demo`, `sim.cli` for `ddmd sim`). No protocol code.
 Errors become one line on stderr and an exit code, from the one table of every command
-(`cli.exits`'s docstring, the README's "Exit codes"):
+(`cli.exits`'s docstring, docs/cli.md's "Exit codes"):
 
     0  success
     1  failure while running (a port in use, a VM or daemon problem)
@@ -332,4 +332,4 @@ for _command in (*COMMANDS, *FILE_COMMANDS):
     main.add_command(_command)
 # A client command too; not in COMMANDS while tests/control/test_cli_client.py pins that list.
 main.add_command(logcat.logcat)
-main.add_command(debuggers.attach)  # `ddmd attach`: jdb's line, Android Studio's settings
+main.add_command(debuggers.attach)  # `ddmd attach`: jdb's line, an IDE's settings
