@@ -849,33 +849,27 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
             return
         rows.append((what, f"{span(ratios, '.2f')}x  {detail}", agreed(ratios, target)))
 
-    for w in WORKLOADS:
-        lat = per_round(lambda r, w=w: paired(added(r, "ddmd", w), added(r, "trio relay", w)))
-        d = per_round(lambda r, w=w: added(r, "ddmd", w))
-        t = per_round(lambda r, w=w: added(r, "trio relay", w))
-        detail = f"(added us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
-        row(
-            f"scan, {LABELS[w]}: added latency ddmd / trio relay <= {LATENCY_TARGET}",
-            lat,
-            LATENCY_TARGET,
-            detail,
-        )
-    for w in WORKLOADS:
-        cpu = per_round(
-            lambda r, w=w: paired(middle_cpu(r, "ddmd", w), middle_cpu(r, "trio relay", w))
-        )
-        d = per_round(lambda r, w=w: middle_cpu(r, "ddmd", w))
-        t = per_round(lambda r, w=w: middle_cpu(r, "trio relay", w))
-        detail = f"(CPU/op us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
-        row(f"scan, {LABELS[w]}: CPU/op ddmd / trio relay <= {CPU_TARGET}", cpu, CPU_TARGET, detail)
-    for w in WORKLOADS:
-        hops = per_round(
-            lambda r, w=w: paired(hop(r, "ddmd via adb", w), hop(r, "ddmlib via adb", w))
-        )
-        d = per_round(lambda r, w=w: hop(r, "ddmd via adb", w))
-        t = per_round(lambda r, w=w: hop(r, "ddmlib via adb", w))
-        detail = f"(hop us: ddmd {span(d)}, ddmlib {span(t)})" if d and t else ""
-        row(f"adb, {LABELS[w]}: hop ddmd / ddmlib <= {HOP_TARGET}", hops, HOP_TARGET, detail)
+    Figure = Callable[[dict[str, dict[str, Sample]], str, str], float]
+    scan = (("ddmd", "ddmd"), ("trio relay", "trio relay"))  # (path, its name in the text)
+    adb = (("ddmd via adb", "ddmd"), ("ddmlib via adb", "ddmlib"))
+    compared: list[tuple[str, Figure, str, str, tuple[str, str], tuple[str, str], float]] = [
+        # where, the figure, what it is, its unit, the path measured and its reference, target
+        ("scan", added, "added latency", "added us", *scan, LATENCY_TARGET),
+        ("scan", middle_cpu, "CPU/op", "CPU/op us", *scan, CPU_TARGET),
+        ("adb", hop, "hop", "hop us", *adb, HOP_TARGET),
+    ]
+    for where, fig, what, unit, (a, a_name), (b, b_name), target in compared:
+        for w in WORKLOADS:
+            ratios = per_round(lambda r, f=fig, a=a, b=b, w=w: paired(f(r, a, w), f(r, b, w)))
+            d = per_round(lambda r, f=fig, a=a, w=w: f(r, a, w))
+            t = per_round(lambda r, f=fig, b=b, w=w: f(r, b, w))
+            detail = f"({unit}: {a_name} {span(d)}, {b_name} {span(t)})" if d and t else ""
+            row(
+                f"{where}, {LABELS[w]}: {what} {a_name} / {b_name} <= {target}",
+                ratios,
+                target,
+                detail,
+            )
     info: list[str] = []
     for w in WORKLOADS:
         # Is ddmlib's hop within a Python relay's reach at all, and how far is ddmd from one?

@@ -228,7 +228,7 @@ class Rig:
         log_path = self.work / f"ddmd-{self.starts}.log"
         daemon = start_ddmd(self.config, log_path, self.control_port, children=self.children)
         self.ddmd = Ddmd(daemon)
-        self.cpu["ddmd"] = [daemon.pid]
+        self.cpu["ddmd"] = [daemon.child.pid]
         vm = self.wait_vm(lambda vm: vm["state"] == "ready" and bool(vm.get("debugger_port")))
         self.ddmd.vm_port = int(str(vm["debugger_port"]))
         self.ddmd.front_forward = AdbServer(self.front_port).forward(self.serial, self.pid)

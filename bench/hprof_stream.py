@@ -25,7 +25,7 @@ import httpx
 from rig import HOST
 from rig.children import Child
 from rig.daemon import ddmd_argv, scan_config, write_config
-from rig.ports import free_block
+from rig.ports import Layout
 from rig.proc import status_kb
 
 from ddmd.protocol.hprof import summarise_file
@@ -46,21 +46,13 @@ def main() -> int:
     parser.add_argument("--bytes", "--size", dest="size", default="1G", help="dump size (1G)")
     args = parser.parse_args()
     size = parse_size(args.size)
-    first = free_block(5, 21000)
-    vm_port, control, current, dbg_lo, dbg_hi = range(first, first + 5)
+    layout = Layout.find(1, 2, 21000)
+    vm_port, control = layout.scan.start, layout.control
     work = Path(tempfile.mkdtemp(prefix="ddmd-hprof-bench-"))
     config = work / "ddmd.toml"
-    sections = scan_config(
-        scan=str(vm_port),
-        debugger=f"{dbg_lo}-{dbg_hi}",
-        current=current,
-        control=control,
-        state_file=work / "ports.json",
-        interval=0.5,
-    )
     # No [limits]: the dump is one JDWP packet of SIZE + 19 bytes, over the default 1 GiB
     # max_packet_bytes from 1 GiB on; it streams to disk, so the cap does not apply to it.
-    write_config(config, sections)
+    write_config(config, scan_config(layout, work / "ports.json", 0.5))
     python = sys.executable
     sim = Child(
         "sim",

@@ -80,7 +80,7 @@ import httpx
 from rig import jvm, proc
 from rig.children import Child, Children
 from rig.daemon import Daemon, Vm, log_problems, scan_config, start_ddmd, use_tree, write_config
-from rig.ports import free_block
+from rig.ports import Layout
 from rig.proc import Threads
 from rig.rounds import span
 
@@ -221,11 +221,12 @@ class Rig:
     args: argparse.Namespace
     work: Path
     jvms: list[Child]
-    ports: range
-    debugger: int
-    current: int
-    control: int
+    layout: Layout  # the scan range: the JVMs' ports
     starts: int = 0
+
+    @property
+    def ports(self) -> range:
+        return self.layout.scan
 
     @property
     def vm_ids(self) -> list[str]:
@@ -234,14 +235,7 @@ class Rig:
     def config(self, polling: bool) -> Path:
         path = self.work / f"ddmd-{'polling' if polling else 'quiet'}.toml"
         if not path.exists():
-            sections = scan_config(
-                scan=f"{self.ports.start}-{self.ports.stop - 1}",
-                debugger=f"{self.debugger}-{self.debugger + len(self.ports) - 1}",
-                current=self.current,
-                control=self.control,
-                state_file=path.parent / "ddmd-ports.json",
-                interval=SCAN_INTERVAL,
-            )
+            sections = scan_config(self.layout, path.parent / "ddmd-ports.json", SCAN_INTERVAL)
             sections["front"] = {"enabled": False}
             sections["control"]["socket"] = ""
             sections["monitor"] = {
@@ -285,7 +279,7 @@ class Rig:
         self.starts += 1
         log_path = self.work / f"ddmd-{self.starts}.log"
         out = Phase(polling)
-        ddmd = start_ddmd(self.config(polling), log_path, self.control)
+        ddmd = start_ddmd(self.config(polling), log_path, self.layout.control)
         try:
             t0 = time.monotonic()
             self.wait_identified(ddmd, polling)
@@ -293,13 +287,13 @@ class Rig:
             with httpx.Client(base_url=ddmd.base, timeout=10) as api:
                 time.sleep(self.args.settle)
                 pids = [j.pid for j in self.jvms]
-                before = snapshot(ddmd.pid, pids, self.ports)
+                before = snapshot(ddmd.child.pid, pids, self.ports)
                 time.sleep(self.args.seconds)
-                after = snapshot(ddmd.pid, pids, self.ports)
+                after = snapshot(ddmd.child.pid, pids, self.ports)
                 ddmd.child.check_alive()
                 self.check_jvms()
                 self._figures(out, before, after)
-                out.rss_mb = proc.status_kb(ddmd.pid, "VmRSS") / 1024
+                out.rss_mb = proc.status_kb(ddmd.child.pid, "VmRSS") / 1024
                 self._check_lists(out, api)
         finally:
             ddmd.stop()
@@ -521,25 +515,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = "?"
     try:
         code = use_tree(args.ref, work, "jvm_threads")
-        base = free_block(args.jvms, args.first_port)
-        ports = range(base, base + args.jvms)
-        debugger = free_block(args.jvms, ports.stop)
-        current = free_block(1, debugger + args.jvms)
-        control = free_block(1, current + 1)
+        layout = Layout.find(args.jvms, args.jvms, args.first_port)
+        ports = layout.scan
         print(
             f"{args.jvms} JVMs on {ports.start}-{ports.stop - 1}, debugger ports from "
-            f"{debugger}, control {control}; ddmd from {code}; work dir {work}",
+            f"{layout.debugger.start}, control {layout.control}; ddmd from {code}; work dir {work}",
             flush=True,
         )
         t0 = time.monotonic()
-        jvms = start_jvms(args, work, base, children)
+        jvms = start_jvms(args, work, ports.start, children)
         print(
             f"JVMs up after {time.monotonic() - t0:.1f} s; {args.warmup:g} s for their start-up "
             "work (JIT, GC) to end",
             flush=True,
         )
         time.sleep(args.warmup)
-        rig = Rig(args, work, jvms, ports, debugger, current, control)
+        rig = Rig(args, work, jvms, layout)
         for r in range(args.rounds):
             order = (True, False) if r % 2 == 0 else (False, True)
             print(f"round {r + 1}/{args.rounds}", flush=True)

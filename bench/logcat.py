@@ -350,10 +350,7 @@ class CliFollower:
         ]
         for t in self._threads:
             t.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        self.pid = self.proc.pid
 
     def _read(self) -> None:
         assert self.proc.stdout is not None

@@ -69,8 +69,8 @@ from pathlib import Path
 
 from rig import HOST, proc
 from rig.children import Child
-from rig.daemon import ddmd_argv, scan_config, wait_vms, write_config
-from rig.ports import free_block
+from rig.daemon import ddmd_argv, scan_config, write_config
+from rig.ports import Layout
 
 CPU_TARGET = 0.5  # fraction of one core
 RSS_TARGET_MB = 100.0
@@ -104,27 +104,6 @@ def spread(values: Sequence[float], fmt: str) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Config, log
-
-
-def config_sections(
-    *, scan: str, debugger: str, current: int, control: int, state_file: Path, interval: float
-) -> dict[str, dict[str, object]]:
-    """ddmd's config: the scan range, every VM's threads polled at 2 Hz, heap info on."""
-    sections = scan_config(
-        scan=scan,
-        debugger=debugger,
-        current=current,
-        control=control,
-        state_file=state_file,
-        interval=interval,
-        backoff_max=max(60.0, interval),
-    )
-    sections["monitor"] = {
-        "thread_poll_interval": POLL_INTERVAL,
-        "always_poll_threads": True,
-        "heap_info": True,
-    }
-    return sections
 
 
 class LogTail:
@@ -207,20 +186,29 @@ class Result:
 
 def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
     """Poll the control API until it lists ``n`` ready DDM VMs with threads; returns seconds."""
+    import httpx
+
+    url = f"http://{HOST}:{control_port}/api/v1/vms"
     t0 = time.monotonic()
-    last = [-1]
-
-    def enough(vms: list[dict[str, object]]) -> float | None:
-        ready = [v for v in vms if v["ddm"] is True and v["state"] == "ready" and v["threads"]]
-        elapsed = time.monotonic() - t0
-        if len(ready) != last[0]:
-            last[0] = len(ready)
-            print(f"    {last[0]}/{n} VMs ready after {elapsed:.1f} s", flush=True)
-        return elapsed if last[0] >= n else None
-
-    return wait_vms(
-        control_port, enough, f"{n} VMs ready", ddmd.check_alive, timeout=timeout, interval=1.0
-    )
+    last = -1
+    with httpx.Client(timeout=10.0) as client:
+        while True:
+            ddmd.check_alive()
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout:
+                raise TimeoutError(f"only {last} of {n} VMs ready after {timeout:g} s")
+            try:
+                vms = client.get(url).json()
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.5)
+                continue
+            ready = [v for v in vms if v["ddm"] is True and v["state"] == "ready" and v["threads"]]
+            if len(ready) != last:
+                last = len(ready)
+                print(f"    {last}/{n} VMs ready after {elapsed:.1f} s", flush=True)
+            if last >= n:
+                return elapsed
+            time.sleep(1.0)
 
 
 def thread_counts(control_port: int) -> list[int]:
@@ -248,21 +236,16 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
     # Free ports: the scan range (N sims, then `trials` ports left free), as many per-VM
     # debugger ports, the current-VM port and the control port.
     span = n + trials
-    base = free_block(span, args.first_port)
-    scan_last = base + span - 1
-    debugger = free_block(span, scan_last + 1)
-    current_port = free_block(1, debugger + span)
-    control_port = free_block(1, current_port + 1)
+    layout = Layout.find(span, span, args.first_port)
+    base, scan_last = layout.scan.start, layout.scan.stop - 1
+    debugger, control_port = layout.debugger.start, layout.control
     config = work / f"ddmd-{n}.toml"
     log_path = work / f"ddmd-{n}.log"
-    sections = config_sections(
-        scan=f"{base}-{scan_last}",
-        debugger=f"{debugger}-{debugger + span - 1}",
-        current=current_port,
-        control=control_port,
-        state_file=config.with_suffix(".ports.json"),
-        interval=args.interval,
-    )
+    backoff_max = max(60.0, args.interval)
+    sections = scan_config(layout, config.with_suffix(".ports.json"), args.interval, backoff_max)
+    # every VM's threads polled at 2 Hz, heap info on
+    sections["monitor"] = {"thread_poll_interval": POLL_INTERVAL, "always_poll_threads": True}
+    sections["monitor"]["heap_info"] = True
     write_config(config, {**sections, "limits": {"max_vms": span + 16}})
     print(
         f"N={n}: sims on {base}-{base + n - 1}, free for trials {base + n}-{scan_last}, "

@@ -35,7 +35,7 @@ import httpx
 from rig import HOST, ROOT
 from rig.children import Child
 from rig.daemon import ddmd_argv, scan_config, write_config
-from rig.ports import free_block
+from rig.ports import Layout
 
 GC_TARGET = 1.0  # seconds, whole `ddmd gc` command
 
@@ -80,20 +80,11 @@ def main() -> int:
     args = parser.parse_args()
 
     flavors = [("art", []), ("legacy", []), ("fail", ["--fail", "HPGC,HPSG"]), ("modern", [])]
-    base = free_block(len(flavors), 20000)
-    debugger = free_block(len(flavors), base + len(flavors))
-    current_port = free_block(1, debugger + len(flavors))
-    control = free_block(1, current_port + 1)
+    layout = Layout.find(len(flavors), len(flavors), 20000)
+    base, control = layout.scan.start, layout.control
     work = Path(tempfile.mkdtemp(prefix="ddmd-quiet-"))
     config = work / "ddmd.toml"
-    sections = scan_config(
-        scan=f"{base}-{base + len(flavors) - 1}",
-        debugger=f"{debugger}-{debugger + len(flavors) - 1}",
-        current=current_port,
-        control=control,
-        state_file=config.with_suffix(".ports.json"),
-        interval=0.5,
-    )
+    sections = scan_config(layout, config.with_suffix(".ports.json"), 0.5)
     # as monitor_scale.py's: every VM's threads polled at 2 Hz, heap info on
     sections["monitor"] = {"thread_poll_interval": 0.5, "always_poll_threads": True}
     sections["monitor"]["heap_info"] = True

@@ -71,7 +71,7 @@ import trio
 from rig import HOST, ROOT
 from rig.daemon import ddmd_argv, scan_config, write_config
 from rig.jdwp import HANDSHAKE, HEADER, REPLY
-from rig.ports import free_block
+from rig.ports import Layout
 from rig.proc import status_kb
 
 from ddmd.sim import SimConfig, SimVm
@@ -89,34 +89,9 @@ MAX_VMS = 10
 # Ports and the daemon
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
-    scan: list[int]
-    debugger_first: int
-    debugger_last: int
-    current: int
-    control: int
-
-
-def choose_ports() -> Layout:
-    start = random.randrange(20000, 28000)
-    scan = free_block(16, start)
-    debugger = free_block(48, scan + 16)
-    own = free_block(2, debugger + 48)
-    return Layout(list(range(scan, scan + 16)), debugger, debugger + 47, own, own + 1)
-
-
 def config(path: Path, layout: Layout) -> Path:
     """ddmd's config: the scan range every second, threads polled at 2 Hz when asked."""
-    sections = scan_config(
-        scan=f"{layout.scan[0]}-{layout.scan[-1]}",
-        debugger=f"{layout.debugger_first}-{layout.debugger_last}",
-        current=layout.current,
-        control=layout.control,
-        state_file=path.parent / "ports.json",
-        interval=1.0,
-        backoff_max=10.0,
-    )
+    sections = scan_config(layout, path.parent / "ports.json", 1.0, backoff_max=10.0)
     sections["monitor"] = {"thread_poll_interval": 0.5}
     return write_config(path, sections)
 
@@ -431,7 +406,7 @@ async def soak(minutes: float, without: frozenset[str]) -> int:
     tail = max(30.0, min(120.0, total * 0.1))
     warmup = max(60.0, min(600.0, total * 0.2))
     work = Path(tempfile.mkdtemp(prefix="ddmd-soak-"))
-    layout = choose_ports()
+    layout = Layout.find(16, 48, random.randrange(20000, 28000))
     config_path = config(work / "config.toml", layout)
     run_dir = work / "run"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}

@@ -22,7 +22,7 @@ from typing import IO, Any, TypeVar
 
 from . import HOST, ROOT
 from .children import Child, Children
-from .ports import Ports
+from .ports import Layout, Ports, spec
 
 T = TypeVar("T")
 Vm = dict[str, Any]
@@ -63,28 +63,21 @@ def json_log() -> dict[str, object]:
 
 
 def scan_config(
-    *,
-    scan: str,
-    debugger: str,
-    current: int,
-    control: int,
-    state_file: Path,
-    interval: float,
-    backoff_max: float = 60.0,
+    ports: Layout, state_file: Path, interval: float, backoff_max: float = 60.0
 ) -> dict[str, dict[str, object]]:
-    """A config scanning the ports ``scan`` (e.g. "20000-20099") every ``interval`` s, adb
-    off, per-VM debugger ports ``debugger``, everything on 127.0.0.1, a JSON log; add sections
-    or settings to it."""
+    """A config scanning ``ports.scan`` every ``interval`` s, adb off, everything on
+    127.0.0.1, a JSON log; add sections or settings to it."""
+    scan = {"host": HOST, "ports": spec(ports.scan), "interval": interval}
     return {
-        "scan": {"host": HOST, "ports": scan, "interval": interval, "backoff_max": backoff_max},
+        "scan": {**scan, "backoff_max": backoff_max},
         "adb": {"enabled": "off"},
         "debugger": {
             "host": HOST,
-            "ports": debugger,
-            "current_port": current,
+            "ports": spec(ports.debugger),
+            "current_port": ports.current,
             "state_file": state_file,
         },
-        "control": {"host": HOST, "port": control},
+        "control": {"host": HOST, "port": ports.control},
         "log": json_log(),
     }
 
@@ -97,10 +90,6 @@ class Daemon:
     log_path: Path
     log_file: IO[str] | None
     control_port: int
-
-    @property
-    def pid(self) -> int:
-        return self.child.pid
 
     @property
     def base(self) -> str:
@@ -298,14 +287,10 @@ def start_scanning(
     control_port, current_port = ports.take(), ports.take()
     first, last = ports.take_range(2)  # a per-VM port for the scanned VM and the adb one
     config = work / f"{name}.toml"
-    sections = scan_config(
-        scan=str(scan_port),
-        debugger=f"{first}-{last}",
-        current=current_port,
-        control=control_port,
-        state_file=work / f"{name}-ports.json",
-        interval=0.5,
+    layout = Layout(
+        range(scan_port, scan_port + 1), range(first, last + 1), current_port, control_port
     )
+    sections = scan_config(layout, work / f"{name}-ports.json", 0.5)
     sections["debugger"].update(debugger or {})
     if adb is not None:
         no_adb = work / "no-adb-program"

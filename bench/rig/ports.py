@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import socket
 import time
+from dataclasses import dataclass
 
 from . import HOST
 from .children import Child
@@ -40,6 +41,34 @@ def free_block(count: int, start: int) -> int:
             return base
         base = busy + 1
     raise RuntimeError(f"no {count} consecutive free ports between {start} and {EPHEMERAL - 1}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """ddmd's ports around a scan range: the ports scanned, the per-VM debugger ports, the
+    current-VM port and the control port."""
+
+    scan: range
+    debugger: range
+    current: int
+    control: int
+
+    @classmethod
+    def find(cls, scan: int, debugger: int, start: int) -> Layout:
+        """``scan`` free ports at or above ``start``, then ``debugger`` more, then the current-VM
+        and the control port, each block the first free one after the previous."""
+        base = free_block(scan, start)
+        first = free_block(debugger, base + scan)
+        current = free_block(1, first + debugger)
+        control = free_block(1, current + 1)
+        return cls(range(base, base + scan), range(first, first + debugger), current, control)
+
+
+def spec(ports: range) -> str:
+    """A range as ddmd's config writes it: "PORT" or "FIRST-LAST"."""
+    if len(ports) == 1:
+        return str(ports.start)
+    return f"{ports.start}-{ports.stop - 1}"
 
 
 class Ports:
