@@ -45,7 +45,7 @@ So every round measures a, b and c, in an order that rotates, and ddmd is starte
 What is measured, per path and round:
 
 - jdb attach: ``jdb -attach 127.0.0.1:PORT`` from start to its first prompt, then ``quit``
-  (``bridge_latency.jdb_attach_ms``); ATTACHES per round, their median is the round's figure.
+  (``rig.jvm.jdb_attach_ms``); ATTACHES per round, their median is the round's figure.
   On a and b the attach is also split at ddmd's ``debugger.attached`` log event (JSON log,
   µs timestamps): jdb start -> its handshake answered | the rest, to the prompt;
 - handshake: a raw socket's connect() to the ``JDWP-Handshake`` echo, then close: the

@@ -316,14 +316,14 @@ def start_scanning(
 # Which code runs
 
 
-def git(*args: str) -> str:
+def git(*args: str, strip: bool = True) -> str:
     done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-    return done.stdout.strip()
+    return done.stdout.strip() if strip else done.stdout
 
 
 def changed_files() -> list[str]:
     """The files under ddmd/ that differ from HEAD (tracked ones)."""
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "ddmd")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "ddmd", strip=False)
     return [line[3:] for line in dirty.splitlines()]
 
 
