@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,7 +32,7 @@ from ddmd.protocol.jdwp import (
 )
 
 
-def _best_of(runs: int, fn) -> float:
+def _best_of(runs: int, fn: Callable[[], None]) -> float:
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()

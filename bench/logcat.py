@@ -1200,7 +1200,7 @@ def main() -> int:
     try:
         bench.start()
         print(
-            f"  device {bench.serial} through adb server port {bench.adb_port}"
+            f"  device {bench.serial} through adb server port {bench.adb.port}"
             + (f"; Chromium {bench.browser.version}" if bench.browser else "")
         )
         for n in range(1, args.rounds + 1):

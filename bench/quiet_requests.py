@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rig import HOST, ROOT
@@ -40,7 +41,7 @@ from rig.ports import Layout
 GC_TARGET = 1.0  # seconds, whole `ddmd gc` command
 
 
-def cli(control: int, *args: str) -> tuple[float, int, dict | None, str]:
+def cli(control: int, *args: str) -> tuple[float, int, dict[str, Any] | None, str]:
     argv = [sys.executable, "-m", "ddmd", *args, "--control", f"{HOST}:{control}"]
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
