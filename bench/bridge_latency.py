@@ -19,18 +19,18 @@ VM.Resume (17 commands on JDK 17).
 Paths, all measured in every round:
 
 - direct:             client -> the JVM's JDWP port;
-- trio relay:         client -> a plain trio byte relay (this script, ``--relay``) -> the JVM;
+- trio relay:         client -> a plain trio byte relay (``rig/trio_relay.py``) -> the JVM;
 - socat:              client -> ``socat TCP-LISTEN:..,fork TCP:..`` -> the JVM (when installed);
 - ddmd:               client -> ddmd's current-VM port -> the JVM, found by ddmd's port scan
   ("the scan path");
 - adb forward:        the plain adb stream: ``adb -P PORT forward tcp:X jdwp:PID`` (Debian's adb
-  client) on a stand-in adb server (``fake_adb.py``) that relays to the pid as a real server
+  client) on a stand-in adb server (``rig/fake_adb.py``) that relays to the pid as a real server
   relays to the device;
 - trio relay via adb: the trio relay opening ``jdwp:PID`` through the stand-in server;
 - ddmd via adb:       ddmd's per-VM debugger port -> ddmd's ``jdwp:PID`` stream through the
   stand-in server (``[adb] enabled = "on"``, found by ``track-jdwp``);
 - epoll relay via adb, java relay via adb: the floors, for reference: a bare one-thread relay
-  (``bare_relay.py``: Python, plain epoll, no logic; ``java/BareRelay.java``: a java.nio
+  (``rig/bare_relay.py``: Python, plain epoll, no logic; ``java/BareRelay.java``: a java.nio
   Selector, as ddmlib relays) in front of the adb forward's port;
 - ddmlib via adb:     the reference: Debian's ddmlib 25.x (``java/DdmlibDriver.java``) per-VM
   debugger port -> its ``jdwp:PID`` stream through its own stand-in server. Skipped, with a note,
@@ -76,11 +76,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import re
-import select
 import shutil
 import signal
 import socket
@@ -93,23 +91,26 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import IO
 
-from children import Child
-from jdwp_load import LABELS, WORKLOADS, Closed, Jdwp, delta_ns, run_ops, snapshot
-
-ROOT = Path(__file__).resolve().parent.parent
-JAVA_DIR = Path(__file__).resolve().parent / "java"
-FAKE_ADB = Path(__file__).resolve().parent / "fake_adb.py"
-HOST = "127.0.0.1"
-# ddmlib 25.x from Debian's libandroid-ddms-java and what it needs at run time
-DDMLIB_JARS = tuple(
-    f"/usr/share/java/{jar}.jar"
-    for jar in ("com.android.tools.ddms.ddmlib", "com.android.tools.common", "guava", "kxml2")
+from jdwp_load import LABELS, WORKLOADS, Jdwp, run_ops
+from rig import HOST, JAVA_DIR, jvm, proc
+from rig.children import Child, Children
+from rig.daemon import Scanning, start_scanning
+from rig.jdwp import HANDSHAKE, HEADER, Closed, recv_exact
+from rig.jvm import Jvm, RoundTripClient, java_version, jdb_attach_ms, start_jvms
+from rig.ports import Ports
+from rig.relays import (
+    DDMLIB_JARS,
+    adb_forward,
+    start_bare_relay,
+    start_ddmlib,
+    start_fake_adb,
+    start_relay,
+    start_relay_adb,
+    start_socat,
 )
-DDMLIB_LOG = os.environ.get("BENCH_DDMLIB_LOG", "warn")  # ddmlib's log level (to its stderr)
+from rig.rounds import agreed, paired, pct, span
 
 LATENCY_TARGET = 1.1  # added(ddmd) / added(trio relay), medians
 CPU_TARGET = 1.1  # CPU per round trip: ddmd / trio relay, scan path
@@ -119,105 +120,13 @@ RSS_TARGET_MB = 100.0  # ddmd's peak RSS while a 1 GiB packet is relayed
 MB = 1_000_000
 BIG = 1 << 30  # the big reply's JDWP length, header included: ddmd's default max_packet_bytes
 BIG_QUEUE = 1 << 20  # [debugger] queue_packets for the retry: more pieces than 1 GiB can make
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAUSE = 0.15  # between two measurements: the JVM (or ddmd) reopens after a debugger leaves
 
-HANDSHAKE = b"JDWP-Handshake"
-HEADER = struct.Struct(">IIBBB")
 REPLY_HEADER = struct.Struct(">IIBH")
 
 
 # --------------------------------------------------------------------------------------------
-# Child processes
-
-
-class Children:
-    """Every process started, stopped in reverse order however the run ends."""
-
-    def __init__(self) -> None:
-        self.items: list[Child] = []
-
-    def start(self, name: str, argv: Sequence[str], *, stdout: IO[str] | None = None) -> Child:
-        child = Child(name, argv, stdout=stdout)
-        self.items.append(child)
-        return child
-
-    def stop(self, child: Child) -> None:
-        child.stop()
-        if child in self.items:
-            self.items.remove(child)
-
-    def stop_all(self) -> None:
-        while self.items:
-            child = self.items.pop()
-            with contextlib.suppress(Exception):
-                child.stop()
-
-
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a process in MB (10**6 bytes)."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) * 1024 / MB
-    return values["VmRSS"], values["VmHWM"]
-
-
-# --------------------------------------------------------------------------------------------
-# Ports
-
-
-class Ports:
-    """Free loopback ports below the ephemeral range, never the same one twice in a run."""
-
-    def __init__(self) -> None:
-        self._next = random.randrange(20000, 30000)
-        self._given: set[int] = set()
-
-    def take(self) -> int:
-        while self._next < 32768:
-            port = self._next
-            self._next += 1
-            if port not in self._given and _bindable(port):
-                self._given.add(port)
-                return port
-        raise RuntimeError("no free port left below 32768")
-
-    def take_range(self, n: int) -> tuple[int, int]:
-        """``n`` consecutive free ports: (first, last)."""
-        while self._next + n <= 32768:
-            first = self._next
-            span = range(first, first + n)
-            self._next += 1
-            if all(p not in self._given and _bindable(p) for p in span):
-                self._given.update(span)
-                self._next = first + n
-                return first, first + n - 1
-        raise RuntimeError(f"no {n} consecutive free ports left below 32768")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_listening(port: int, child: Child, timeout: float = 10.0) -> None:
-    """Wait until something listens on ``port`` (seen as "cannot bind"; never connects)."""
-    deadline = time.monotonic() + timeout
-    while _bindable(port):
-        child.check_alive()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{child.name} does not listen on {port} after {timeout:g} s")
-        time.sleep(0.02)
-
-
-# --------------------------------------------------------------------------------------------
-# Java: target JVMs and the JDI round-trip client
+# Java: the target JVMs' classes, the JDI round-trip client, ddmlib's driver
 
 
 DDMLIB_DRIVER = "DdmlibDriver.java"
@@ -226,326 +135,22 @@ DDMLIB_DRIVER = "DdmlibDriver.java"
 def compile_java(out: Path, ddmlib_jars: Sequence[str]) -> str | None:
     """Compile bench/java into ``out``; DdmlibDriver only when ddmlib's jars are all there.
     Returns why the ddmlib path cannot run, or None."""
-    sources = sorted(str(p) for p in JAVA_DIR.glob("*.java") if p.name != DDMLIB_DRIVER)
-    subprocess.run(["javac", "-g", "-d", str(out), *sources], check=True)  # -g: locals
+    sources = sorted(p.name for p in JAVA_DIR.glob("*.java") if p.name != DDMLIB_DRIVER)
+    jvm.compile_java(out, sources, debug=True)  # -g: locals
     missing = [jar for jar in ddmlib_jars if not Path(jar).is_file()]
     if missing:
         return (
             f"ddmlib via adb: skipped, {', '.join(missing)} not found (Debian: apt install "
             "libandroid-ddms-java, or --ddmlib-classpath)"
         )
-    classpath = os.pathsep.join(ddmlib_jars)
-    done = subprocess.run(
-        ["javac", "-d", str(out), "-cp", classpath, str(JAVA_DIR / DDMLIB_DRIVER)],
-        capture_output=True,
-        text=True,
-    )
+    done = jvm.compile_java(out, [DDMLIB_DRIVER], classpath=os.pathsep.join(ddmlib_jars))
     if done.returncode:
         return f"ddmlib via adb: skipped, DdmlibDriver does not compile: {done.stderr[-500:]}"
     return None
 
 
-def java_version() -> str:
-    done = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True)
-    match = re.search(r'version "([^"]+)"', done.stderr)
-    return match.group(1) if match else "?"
-
-
-@dataclass
-class Jvm:
-    name: str
-    port: int
-    child: Child
-
-    @property
-    def pid(self) -> int:
-        return self.child.pid
-
-
-def start_jvms(children: Children, n: int, ports: Ports, classes: Path) -> list[Jvm]:
-    """``n`` identical target JVMs (JVM#1...), started together."""
-    jvms = []
-    for i in range(n):
-        port = ports.take()
-        agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{port}"
-        argv = ["java", agent, "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), "Target"]
-        jvms.append(Jvm(f"JVM#{i + 1}", port, children.start(f"JVM#{i + 1}", argv)))
-    for jvm in jvms:
-        jvm.child.wait_match(rf"Listening for transport dt_socket at address: {jvm.port}\b", 20)
-    return jvms
-
-
-@dataclass
-class Session:
-    attach_ms: float
-    samples_us: list[float]
-    # CPU clock ticks (utime, stime) of each watched process over the timed calls
-    cpu: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
-def cpu_ticks(pid: int) -> tuple[int, int]:
-    """(utime, stime) of a process, all its threads, in clock ticks (/proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]), int(fields[12])
-
-
-class RoundTripClient:
-    """The long-lived RoundTrip.java process."""
-
-    def __init__(self, children: Children, classes: Path) -> None:
-        self.child = children.start("RoundTrip", ["java", "-cp", str(classes), "RoundTrip"])
-        self.child.wait_match(r"^READY$", 20)
-
-    def measure(
-        self, port: int, warmup: int, count: int, watch: Sequence[tuple[str, int]] = ()
-    ) -> Session:
-        """One session; with ``watch`` ((label, pid), ...), the CPU ticks each of those
-        processes spent during the timed calls."""
-        cpu: dict[str, tuple[int, int]] = {}
-        if watch:
-            self.child.send(f"{HOST} {port} {warmup} {count} sync")
-            self._mark(port)
-            before = [cpu_ticks(pid) for _, pid in watch]
-            self.child.send("go")
-            self._mark(port)
-            after = [cpu_ticks(pid) for _, pid in watch]
-            self.child.send("go")
-            for (label, _), (u0, s0), (u1, s1) in zip(watch, before, after, strict=True):
-                cpu[label] = (u1 - u0, s1 - s0)
-        else:
-            self.child.send(f"{HOST} {port} {warmup} {count}")
-        line = self.child.wait_match(r"^(RT|ERR) ", 60)[1].string
-        if line.startswith("ERR"):
-            raise RuntimeError(f"RoundTrip on port {port}: {line}")
-        fields = line.split()
-        return Session(int(fields[1]) / 1e6, [int(x) / 1000 for x in fields[2:]], cpu)
-
-    def _mark(self, port: int) -> None:
-        """Wait for the client's MARK; its ERR line raises."""
-        line = self.child.wait_match(r"^(MARK$|ERR )", 60)[1].string
-        if line.startswith("ERR"):
-            raise RuntimeError(f"RoundTrip on port {port}: {line}")
-
-
 # --------------------------------------------------------------------------------------------
-# Relays: trio (this script, --relay), socat, ddmd
-
-
-def relay_main(listen_port: int, target_port: int, adb: tuple[str, int] | None = None) -> None:
-    """A plain trio byte relay: one upstream connection per accepted client, bytes both ways.
-    With ``adb`` (serial, pid), ``target_port`` is an adb server's and each upstream connection
-    is a ``jdwp:PID`` stream opened through it (selector, then service, each answered OKAY)."""
-    import trio
-
-    async def adb_request(stream: trio.SocketStream, service: str) -> None:
-        await stream.send_all(b"%04x" % len(service) + service.encode())
-        status = b""
-        while len(status) < 4:
-            data = await stream.receive_some(4 - len(status))
-            if not data:
-                raise OSError(f"the adb server closed the connection after {service!r}")
-            status += data
-        if status != b"OKAY":
-            raise OSError(f"the adb server refused {service!r}: {status!r}")
-
-    async def open_upstream() -> trio.SocketStream:
-        with trio.fail_after(5):
-            upstream = await trio.open_tcp_stream(HOST, target_port)
-            if adb is not None:
-                try:
-                    await adb_request(upstream, f"host:transport:{adb[0]}")
-                    await adb_request(upstream, f"jdwp:{adb[1]}")
-                except BaseException:
-                    await upstream.aclose()
-                    raise
-            return upstream
-
-    async def pump(src: trio.SocketStream, dst: trio.SocketStream, done: trio.CancelScope) -> None:
-        try:
-            while data := await src.receive_some(65536):
-                await dst.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            done.cancel()
-
-    async def handle(client: trio.SocketStream) -> None:
-        async with client:
-            try:
-                upstream = await open_upstream()
-            except (OSError, trio.TooSlowError) as exc:
-                print(f"relay: no upstream: {exc!r}", file=sys.stderr, flush=True)
-                return
-            async with upstream, trio.open_nursery() as nursery:
-                nursery.start_soon(pump, client, upstream, nursery.cancel_scope)
-                nursery.start_soon(pump, upstream, client, nursery.cancel_scope)
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(partial(trio.serve_tcp, handle, listen_port, host=HOST))
-            print("ready", flush=True)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(serve)
-
-
-def start_relay(children: Children, listen_port: int, target_port: int) -> Child:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--relay", str(listen_port)]
-    child = children.start("trio relay", [*argv, str(target_port)])
-    child.wait_match(r"^ready$", 20)
-    return child
-
-
-def start_bare_relay(
-    children: Children, kind: str, classes: Path, listen_port: int, target_port: int
-) -> Child:
-    """A bare one-thread relay (``bare_relay.py``, or ``java/BareRelay.java``): the floor of
-    what a relay in that language costs, with no logic at all."""
-    if kind == "java":
-        argv = ["java", "-cp", str(classes), "BareRelay"]
-    else:
-        argv = [sys.executable, str(Path(__file__).resolve().parent / "bare_relay.py")]
-    child = children.start(f"{kind} relay", [*argv, str(listen_port), str(target_port)])
-    child.wait_match(r"^ready$", 20)
-    return child
-
-
-def start_relay_adb(
-    children: Children, listen_port: int, adb_port: int, serial: str, pid: int
-) -> Child:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--relay-adb", str(listen_port)]
-    child = children.start("trio relay via adb", [*argv, str(adb_port), serial, str(pid)])
-    child.wait_match(r"^ready$", 20)
-    return child
-
-
-# --------------------------------------------------------------------------------------------
-# The adb side: stand-in adb servers (fake_adb.py), adb forward, ddmlib
-
-
-@dataclass
-class FakeAdb:
-    child: Child
-    port: int
-    serial: str
-
-
-def start_fake_adb(children: Children, serial: str, *jvms: Jvm) -> FakeAdb:
-    """A stand-in adb server whose one device has these debuggable pids."""
-    argv = [sys.executable, str(FAKE_ADB), "--serial", serial]
-    for jvm in jvms:
-        argv += ["--pid", f"{jvm.pid}={jvm.port}"]
-    child = children.start(f"fake adb {serial}", argv)
-    port = int(child.wait_match(r"^listening (\d+)$", 20)[1].group(1))
-    return FakeAdb(child, port, serial)
-
-
-def adb_forward(fake: FakeAdb, local_port: int, pid: int) -> str:
-    """``adb -P PORT forward tcp:LOCAL jdwp:PID`` with the real adb client; how it was done."""
-    adb = shutil.which("adb")
-    spec = f"tcp:{local_port} jdwp:{pid}"
-    if adb is not None:
-        argv = [adb, "-P", str(fake.port), "-s", fake.serial, "forward", *spec.split()]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(argv)} failed: {(done.stdout + done.stderr).strip()}")
-        return f"`adb forward {spec}` (the real adb client)"
-    # No adb program: the same host request, sent from here.
-    service = f"host-serial:{fake.serial}:forward:{spec.replace(' ', ';')}".encode()
-    with socket.create_connection((HOST, fake.port), timeout=10) as sock:
-        sock.sendall(b"%04x" % len(service) + service)
-        if recv_exact(sock, 8) != b"OKAYOKAY":
-            raise RuntimeError(f"the stand-in adb server refused forward {spec}")
-    return f"forward {spec} requested directly (no adb program on PATH)"
-
-
-@dataclass
-class Ddmlib:
-    child: Child
-    debugger_port: int
-
-
-def start_ddmlib(
-    children: Children, classes: Path, jars: Sequence[str], fake: FakeAdb, ports: Ports
-) -> Ddmlib:
-    """DdmlibDriver on the stand-in server ``fake``; returns once its VM has a debugger port."""
-    classpath = os.pathsep.join([str(classes), *jars])
-    base, selected = ports.take(), ports.take()
-    argv = ["java", "-cp", classpath, "DdmlibDriver", str(fake.port)]
-    child = children.start("ddmlib", [*argv, str(base), str(selected), "30", DDMLIB_LOG])
-    line = child.wait_match(r"^(CLIENT \S+ \d+ \d+|ERR .*)$", 40)[1].string
-    if line.startswith("ERR"):
-        raise RuntimeError(f"ddmlib: {line[4:]}")
-    return Ddmlib(child, int(line.split()[3]))
-
-
-def start_socat(children: Children, listen_port: int, target_port: int) -> Child:
-    listen = f"TCP-LISTEN:{listen_port},bind={HOST},reuseaddr,fork"
-    child = children.start("socat", ["socat", listen, f"TCP:{HOST}:{target_port}"])
-    wait_listening(listen_port, child)
-    return child
-
-
-@dataclass
-class Ddmd:
-    child: Child
-    log_path: Path
-    control_port: int
-    current_port: int
-    vm_id: str
-    log_file: IO[str]
-    adb_vm_id: str | None = None  # the VM found through adb, and its own debugger port
-    adb_port: int | None = None
-
-
-def write_config(
-    path: Path,
-    *,
-    scan: int,
-    ports: Ports,
-    queue_packets: int | None,
-    adb: int | None = None,
-    relay_threads: str | None = None,
-) -> tuple[int, int]:
-    """ddmd's config: scan only port ``scan``; with ``adb``, use the adb server on that port
-    (and never start one: the adb program configured does not exist)."""
-    control_port, current_port = ports.take(), ports.take()
-    first, last = ports.take_range(2)  # a per-VM port for the scanned VM and the adb one
-    queue = "" if queue_packets is None else f"queue_packets = {queue_packets}\n"
-    if relay_threads is not None:
-        queue += f"relay_threads = {relay_threads}\n"
-    if adb is None:
-        adb_section = 'enabled = "off"'
-    else:
-        no_adb = path.parent / "no-adb-program"
-        adb_section = f'enabled = "on"\nhost = "{HOST}"\nport = {adb}\npath = "{no_adb}"'
-    path.write_text(
-        f"""\
-[scan]
-host = "{HOST}"
-ports = "{scan}"
-interval = 0.5
-
-[adb]
-{adb_section}
-
-[debugger]
-host = "{HOST}"
-ports = "{first}-{last}"
-current_port = {current_port}
-state_file = "{path.parent / (path.stem + "-ports.json")}"
-{queue}
-[control]
-host = "{HOST}"
-port = {control_port}
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
-    return control_port, current_port
+# ddmd's own counters
 
 
 def start_ddmd(
@@ -556,110 +161,42 @@ def start_ddmd(
     ports: Ports,
     *,
     queue_packets: int | None = None,
-    adb: tuple[FakeAdb, Jvm] | None = None,
+    adb: tuple[int, str, int] | None = None,
     relay_threads: str | None = None,
-) -> Ddmd:
-    """``ddmd run`` scanning only ``scan_port``; returns once that VM is identified and selected.
-    With ``adb`` (server, JVM behind it), also once the JVM is ready through adb."""
-    config = work / f"{name}.toml"
-    control_port, current_port = write_config(
-        config,
-        scan=scan_port,
-        ports=ports,
-        queue_packets=queue_packets,
-        adb=None if adb is None else adb[0].port,
-        relay_threads=relay_threads,
-    )
-    log_path = work / f"{name}.log"
-    log_file = log_path.open("w", encoding="utf-8")
-    argv = [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
-    child = children.start(name, argv, stdout=log_file)
-    ddmd = Ddmd(child, log_path, control_port, current_port, f"tcp:{scan_port}", log_file)
-    try:
-        wait_vm(ddmd, ddmd.vm_id)
-        select_vm(ddmd, ddmd.vm_id)
-        if adb is not None:
-            ddmd.adb_vm_id = f"{adb[0].serial}/{adb[1].pid}"
-            ddmd.adb_port = int(str(wait_vm(ddmd, ddmd.adb_vm_id)["debugger_port"]))
-    except BaseException:
-        stop_ddmd(children, ddmd)
-        raise
-    return ddmd
+) -> Scanning:
+    """ddmd scanning only ``scan_port`` (the rig's), with these [debugger] settings."""
+    debugger: dict[str, object] = {}
+    if queue_packets is not None:
+        debugger["queue_packets"] = queue_packets
+    if relay_threads is not None:
+        debugger["relay_threads"] = relay_threads == "true"
+    return start_scanning(children, work, name, scan_port, ports, debugger=debugger, adb=adb)
 
 
-def wait_vm(ddmd: Ddmd, vm_id: str, timeout: float = 30.0) -> dict[str, object]:
-    """The control API's entry of ``vm_id`` once it is ready (a plain JVM: no DDM) and has its
-    own debugger port."""
-    import httpx
-
-    base = f"http://{HOST}:{ddmd.control_port}/api/v1"
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5.0) as client:
-        while True:
-            ddmd.child.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ddmd did not list {vm_id} as ready within {timeout:g} s")
-            try:
-                vms = client.get(f"{base}/vms").json()
-            except (httpx.HTTPError, ValueError):
-                vms = []
-            for v in vms:
-                ready = v["state"] == "ready" and v["ddm"] is False
-                if v["id"] == vm_id and ready and v.get("debugger_port"):
-                    return dict(v)
-            time.sleep(0.1)
-
-
-def select_vm(ddmd: Ddmd, vm_id: str) -> None:
-    import httpx
-
-    base = f"http://{HOST}:{ddmd.control_port}/api/v1"
-    with httpx.Client(timeout=5.0) as client:
-        reply = client.post(f"{base}/vms/{vm_id}/select")
-        reply.raise_for_status()
-
-
-def stop_ddmd(children: Children, ddmd: Ddmd) -> None:
-    children.stop(ddmd.child)
-    ddmd.log_file.close()
-
-
-def ddmd_events(log_path: Path, event: str) -> list[dict[str, object]]:
-    """Every record of ``event`` in ddmd's JSON log."""
-    found = []
-    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if f'"{event}"' in line:
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if record.get("event") == event:
-                    found.append(record)
-    return found
-
-
-def detached_counters(log_path: Path) -> list[tuple[int, int] | None]:
+def detached_counters(ddmd: Scanning) -> list[tuple[int, int] | None]:
     """(packets_in, packets_out) of every debugger.detached event in ddmd's JSON log (None for
     an event without them)."""
     return [
         (int(str(r["packets_in"])), int(str(r["packets_out"])))
         if "packets_in" in r and "packets_out" in r
         else None
-        for r in ddmd_events(log_path, "debugger.detached")
+        for r in ddmd.daemon.events("debugger.detached")
     ]
 
 
-def check_one_packet_per_call(ddmd: Ddmd, port: int, path: str) -> str:
+def check_one_packet_per_call(ddmd: Scanning, port: int, path: str) -> str:
     """Two sessions through ddmd's ``port`` differing by 1000 name() calls, per ddmd's own
     counters."""
     counts = []
     for n in (200, 1200):
-        before = len(detached_counters(ddmd.log_path))
+        before = len(detached_counters(ddmd))
         client = open_session(port)
         try:
             run_ops(client, "name", n)
         finally:
             client.close()
         deadline = time.monotonic() + 10
-        while len(entries := detached_counters(ddmd.log_path)) == before:
+        while len(entries := detached_counters(ddmd)) == before:
             if time.monotonic() > deadline:
                 raise TimeoutError("ddmd logged no debugger.detached")
             time.sleep(0.02)
@@ -699,63 +236,7 @@ def open_session(port: int, timeout: float = 15.0) -> Jdwp:
 
 
 # --------------------------------------------------------------------------------------------
-# jdb
-
-
-def jdb_attach_ms(port: int, timeout: float = 30.0) -> float:
-    """Milliseconds from starting ``jdb -attach`` to its first prompt; then ``quit``."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        ["jdb", "-attach", f"{HOST}:{port}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    try:
-        fd = proc.stdout.fileno()
-        out = b""
-        deadline = t0 + timeout
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise TimeoutError(f"jdb: no prompt within {timeout:g} s: {out[-300:]!r}")
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            data = os.read(fd, 65536)
-            if not data:
-                raise RuntimeError(f"jdb exited before its prompt: {out[-300:]!r}")
-            out += data
-            start = out.find(b"Initializing jdb")
-            if start >= 0 and re.search(rb"\n> ", out[start:]):
-                took = (time.perf_counter() - t0) * 1000
-                break
-        proc.stdin.write(b"quit\n")
-        proc.stdin.flush()
-        proc.wait(10)
-        return took
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        proc.stdin.close()
-        proc.stdout.close()
-
-
-# --------------------------------------------------------------------------------------------
 # 1 GiB packet: fake VM (--fake-vm) and fake debugger
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        got = sock.recv(n - len(data))
-        if not got:
-            raise EOFError(f"closed after {len(data)} of {n} bytes")
-        data += got
-    return bytes(data)
 
 
 def fake_vm_main() -> None:
@@ -838,17 +319,17 @@ class BigResult:
         )
 
 
-def big_packet(ddmd: Ddmd, label: str) -> BigResult:
+def big_packet(ddmd: Scanning, label: str) -> BigResult:
     """The fake debugger: AllClasses through ddmd, read and discard the 1 GiB reply."""
     pid = ddmd.child.pid
-    _, hwm_before = memory_mb(pid)
+    _, hwm_before = proc.memory_mb(pid)
     peak = [0.0]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
             with contextlib.suppress(OSError, KeyError):
-                peak[0] = max(peak[0], memory_mb(pid)[0])
+                peak[0] = max(peak[0], proc.memory_mb(pid)[0])
             time.sleep(0.01)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -886,12 +367,12 @@ def big_packet(ddmd: Ddmd, label: str) -> BigResult:
     except (OSError, EOFError) as exc:
         seconds = seconds or time.perf_counter() - t0
         time.sleep(0.3)  # let ddmd log why
-        reasons = [r.get("reason") for r in ddmd_events(ddmd.log_path, "debugger.detached")]
+        reasons = [r.get("reason") for r in ddmd.daemon.events("debugger.detached")]
         problems.append(f"{exc} (ddmd: {reasons[-1] if reasons else '?'})")
     finally:
         stop.set()
         sampler.join()
-    _, hwm_after = memory_mb(pid)
+    _, hwm_after = proc.memory_mb(pid)
     outcome = "; ".join(problems) if problems else "length and id restored OK"
     return BigResult(label, seconds, received, hwm_before, hwm_after, peak[0], outcome)
 
@@ -911,7 +392,7 @@ def big_packet_phase(children: Children, work: Path, ports: Ports) -> list[BigRe
             try:
                 results.append(big_packet(ddmd, label))
             finally:
-                stop_ddmd(children, ddmd)
+                ddmd.daemon.stop(children)
             if results[-1].complete:
                 break
     finally:
@@ -975,8 +456,8 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
             user, system = session.cpu[name]
             lines.append(
                 f"  {name:<11} median {statistics.median(session.samples_us):6.1f} us; CPU per "
-                f"round trip: user {user / CLK_TCK / count * 1e6:5.1f} us, "
-                f"sys {system / CLK_TCK / count * 1e6:5.1f} us"
+                f"round trip: user {user / proc.CLK_TCK / count * 1e6:5.1f} us, "
+                f"sys {system / proc.CLK_TCK / count * 1e6:5.1f} us"
             )
             time.sleep(PAUSE)
         if spy is not None:  # a separate session, so the CPU figures above are py-spy free
@@ -995,7 +476,7 @@ def profile_round_trips(bench: Bench, relay_jvm: Jvm, ddmd_jvm: Jvm, count: int)
                 recorder.wait(30)
     finally:
         children.stop(relay)
-        stop_ddmd(children, ddmd)
+        ddmd.daemon.stop(children)
     if spy is None:
         lines.append("  py-spy not installed (.venv/bin/pip install py-spy): no hot spots")
     elif raw.exists():
@@ -1040,13 +521,6 @@ class Figures:
     rounds: list[dict[str, dict[str, Sample]]] = field(default_factory=list)
     jdb: list[dict[str, float]] = field(default_factory=list)  # per round: path -> ms
     middle: dict[str, list[str]] = field(default_factory=dict)  # path -> its processes' labels
-
-
-def pct(values: list[float], q: int) -> float:
-    """The q-th percentile (q in 10..90, a multiple of 10); the value itself when alone."""
-    if len(values) < 2:
-        return values[0]
-    return statistics.quantiles(values, n=10, method="inclusive")[q // 10 - 1]
 
 
 @dataclass
@@ -1149,9 +623,9 @@ def measure_round(bench: Bench, live: Sequence[Live], workload: str) -> dict[str
                 if not size:  # the lead-in: the path is as warm as in a session of its own
                     run_ops(each.client, workload, max(1, warm // 5))
                     continue
-                before = snapshot(watch[name])
+                before = proc.snapshot(watch[name])
                 samples, sent = run_ops(each.client, workload, size)
-                cpu = delta_ns(before, snapshot(watch[name]))
+                cpu = proc.spent_by_label(before, proc.snapshot(watch[name]))
             except (RuntimeError, OSError, Closed, struct.error) as exc:
                 fail(bench, each.route, exc)
                 continue
@@ -1214,10 +688,10 @@ def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm
             f"ddmd-phase{phase}",
             jvm["ddmd"].port,
             ports,
-            adb=(fake_ddmd, jvm["ddmd via adb"]),
+            adb=(fake_ddmd.port, fake_ddmd.serial, jvm["ddmd via adb"].pid),
             relay_threads=args.relay_threads,
         )
-        stack.callback(stop_ddmd, children, ddmd)
+        stack.callback(ddmd.daemon.stop, children)
         assert ddmd.adb_port is not None
         relay_port, relay_adb_port, forward_port = ports.take(), ports.take(), ports.take()
         relay = start_relay(children, relay_port, jvm["trio relay"].port)
@@ -1302,29 +776,6 @@ def run_phase(bench: Bench, phase: int, names: Sequence[str], jvms: Sequence[Jvm
             bench.figures.jdb.append(jdb)
 
 
-def paired(a: float, b: float) -> float | None:
-    """a / b. When b is not positive (noise: a reference's hop can be), inf if a is positive, a
-    round that counts against ddmd, else None (the round has no ratio)."""
-    if b > 0:
-        return a / b
-    return float("inf") if a > 0 else None
-
-
-def span(values: Sequence[float], fmt: str = ".1f") -> str:
-    """median (min-max)"""
-    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
-
-
-def agreed(ratios: Sequence[float], target: float) -> str:
-    """PASS / MISS when every round agrees; otherwise no verdict."""
-    within = sum(r <= target for r in ratios)
-    if within == len(ratios):
-        return "PASS"
-    if within == 0:
-        return "MISS"
-    return f"no verdict ({within} of {len(ratios)} rounds within)"
-
-
 def report(bench: Bench, big: list[BigResult]) -> list[str]:
     figures = bench.figures
     rounds = figures.rounds
@@ -1398,33 +849,27 @@ def report(bench: Bench, big: list[BigResult]) -> list[str]:
             return
         rows.append((what, f"{span(ratios, '.2f')}x  {detail}", agreed(ratios, target)))
 
-    for w in WORKLOADS:
-        lat = per_round(lambda r, w=w: paired(added(r, "ddmd", w), added(r, "trio relay", w)))
-        d = per_round(lambda r, w=w: added(r, "ddmd", w))
-        t = per_round(lambda r, w=w: added(r, "trio relay", w))
-        detail = f"(added us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
-        row(
-            f"scan, {LABELS[w]}: added latency ddmd / trio relay <= {LATENCY_TARGET}",
-            lat,
-            LATENCY_TARGET,
-            detail,
-        )
-    for w in WORKLOADS:
-        cpu = per_round(
-            lambda r, w=w: paired(middle_cpu(r, "ddmd", w), middle_cpu(r, "trio relay", w))
-        )
-        d = per_round(lambda r, w=w: middle_cpu(r, "ddmd", w))
-        t = per_round(lambda r, w=w: middle_cpu(r, "trio relay", w))
-        detail = f"(CPU/op us: ddmd {span(d)}, trio relay {span(t)})" if d and t else ""
-        row(f"scan, {LABELS[w]}: CPU/op ddmd / trio relay <= {CPU_TARGET}", cpu, CPU_TARGET, detail)
-    for w in WORKLOADS:
-        hops = per_round(
-            lambda r, w=w: paired(hop(r, "ddmd via adb", w), hop(r, "ddmlib via adb", w))
-        )
-        d = per_round(lambda r, w=w: hop(r, "ddmd via adb", w))
-        t = per_round(lambda r, w=w: hop(r, "ddmlib via adb", w))
-        detail = f"(hop us: ddmd {span(d)}, ddmlib {span(t)})" if d and t else ""
-        row(f"adb, {LABELS[w]}: hop ddmd / ddmlib <= {HOP_TARGET}", hops, HOP_TARGET, detail)
+    Figure = Callable[[dict[str, dict[str, Sample]], str, str], float]
+    scan = (("ddmd", "ddmd"), ("trio relay", "trio relay"))  # (path, its name in the text)
+    adb = (("ddmd via adb", "ddmd"), ("ddmlib via adb", "ddmlib"))
+    compared: list[tuple[str, Figure, str, str, tuple[str, str], tuple[str, str], float]] = [
+        # where, the figure, what it is, its unit, the path measured and its reference, target
+        ("scan", added, "added latency", "added us", *scan, LATENCY_TARGET),
+        ("scan", middle_cpu, "CPU/op", "CPU/op us", *scan, CPU_TARGET),
+        ("adb", hop, "hop", "hop us", *adb, HOP_TARGET),
+    ]
+    for where, fig, what, unit, (a, a_name), (b, b_name), target in compared:
+        for w in WORKLOADS:
+            ratios = per_round(lambda r, f=fig, a=a, b=b, w=w: paired(f(r, a, w), f(r, b, w)))
+            d = per_round(lambda r, f=fig, a=a, w=w: f(r, a, w))
+            t = per_round(lambda r, f=fig, b=b, w=w: f(r, b, w))
+            detail = f"({unit}: {a_name} {span(d)}, {b_name} {span(t)})" if d and t else ""
+            row(
+                f"{where}, {LABELS[w]}: {what} {a_name} / {b_name} <= {target}",
+                ratios,
+                target,
+                detail,
+            )
     info: list[str] = []
     for w in WORKLOADS:
         # Is ddmlib's hop within a Python relay's reach at all, and how far is ddmd from one?
@@ -1577,17 +1022,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="profile ddmd afterwards")
     parser.add_argument("--profile-count", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--relay", nargs=2, type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--relay-adb", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--fake-vm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.relay:
-        relay_main(*args.relay)
-        return 0
-    if args.relay_adb:
-        listen, adb_port, serial, pid = args.relay_adb
-        relay_main(int(listen), int(adb_port), (serial, int(pid)))
-        return 0
     if args.fake_vm:
         with contextlib.suppress(KeyboardInterrupt):
             fake_vm_main()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,7 +32,7 @@ from ddmd.protocol.jdwp import (
 )
 
 
-def _best_of(runs: int, fn) -> float:
+def _best_of(runs: int, fn: Callable[[], None]) -> float:
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -60,18 +61,23 @@ def _report(what: str, n: int, seconds: float) -> None:
     print(f"small packets (11-64 B), {what} {rate:12,.0f} packets/s  {micros:6.2f} µs/packet")
 
 
+def _decode(pieces: list[bytes]) -> int:
+    """Decode every packet in ``pieces``; how many there were."""
+    d = PacketDecoder()
+    count = 0
+    for piece in pieces:
+        d.receive_data(piece)
+        while d.next_event() is not NEED_DATA:
+            count += 1
+    return count
+
+
 def bench_small() -> None:
     stream, n = small_packets()
     pieces = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
 
     def decode_only() -> None:
-        d = PacketDecoder()
-        count = 0
-        for piece in pieces:
-            d.receive_data(piece)
-            while d.next_event() is not NEED_DATA:
-                count += 1
-        assert count == n
+        assert _decode(pieces) == n
 
     def decode_and_route() -> None:
         d = PacketDecoder()
@@ -99,13 +105,7 @@ def bench_large() -> None:
     pieces = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
 
     def run() -> None:
-        d = PacketDecoder()
-        count = 0
-        for piece in pieces:
-            d.receive_data(piece)
-            while d.next_event() is not NEED_DATA:
-                count += 1
-        assert count == 1024
+        assert _decode(pieces) == 1024
 
     t = _best_of(5, run)
     print(f"64 KiB packets, decode:                  {len(stream) / t / 1e6:12,.0f} MB/s")

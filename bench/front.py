@@ -45,7 +45,7 @@ So every round measures a, b and c, in an order that rotates, and ddmd is starte
 What is measured, per path and round:
 
 - jdb attach: ``jdb -attach 127.0.0.1:PORT`` from start to its first prompt, then ``quit``
-  (``bridge_latency.jdb_attach_ms``); ATTACHES per round, their median is the round's figure.
+  (``rig.jvm.jdb_attach_ms``); ATTACHES per round, their median is the round's figure.
   On a and b the attach is also split at ddmd's ``debugger.attached`` log event (JSON log,
   µs timestamps): jdb start -> its handshake answered | the rest, to the prompt;
 - handshake: a raw socket's connect() to the ``JDWP-Handshake`` echo, then close: the
@@ -111,37 +111,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO
 
-import httpx
-from bridge_latency import (
-    HOST,
-    JAVA_DIR,
-    Children,
-    Ports,
-    java_version,
-    jdb_attach_ms,
-)
-from children import Child
-from jdwp_load import Closed
-from jdwp_load import RawJdwp as Jdwp
-from proctree import code_under_test, find_adb_server, run_ns
-
-ROOT = Path(__file__).resolve().parent.parent
-#: What would send the adb client or server elsewhere (tests/adb/device.py's list).
-ADB_ENV = (
-    "ANDROID_ADB_SERVER_PORT",
-    "ANDROID_ADB_SERVER_ADDRESS",
-    "ADB_SERVER_SOCKET",
-    "ANDROID_SDK_HOME",
-    "ANDROID_USER_HOME",
-    "ADB_VENDOR_KEYS",
-    "ADB_TRACE",
-)
+from rig import HOST, jvm, proc
+from rig.adb import ADB_ENV, AdbServer
+from rig.children import Child, Children
+from rig.daemon import Daemon, json_log, start_ddmd, use_tree, write_config
+from rig.jdwp import Closed
+from rig.jdwp import RawJdwp as Jdwp
+from rig.jvm import java_version, jdb_attach_ms
+from rig.ports import Ports
+from rig.rounds import alternating, by_median, print_report, ratios, span
 
 TARGET = 1.10  # front / per-VM port, medians of paired ratios
 PATHS = ("front", "vm-port", "adb-fwd")
@@ -156,52 +139,7 @@ SESSIONS = 4  # raw JDWP sessions per path and round (round trips and mix split 
 SHORT = {"front": "a", "vm-port": "b", "adb-fwd": "c"}
 
 # --------------------------------------------------------------------------------------------
-# CPU of process trees, /proc/PID/task/*/schedstat
-
-
-class CpuWatch:
-    """Labelled process trees; `delta` of two snapshots gives each label's CPU seconds."""
-
-    def __init__(self) -> None:
-        self.roots: dict[str, list[int]] = {}
-
-    def snapshot(self) -> dict[str, dict[tuple[int, int], int]]:
-        return {
-            label: {k: v for pid in pids for k, v in run_ns(pid).items()}
-            for label, pids in self.roots.items()
-        }
-
-    @staticmethod
-    def delta(
-        before: dict[str, dict[tuple[int, int], int]],
-        after: dict[str, dict[tuple[int, int], int]],
-    ) -> dict[str, float]:
-        """CPU seconds per label; a thread new at ``after`` counts from 0."""
-        out = {}
-        for label, now in after.items():
-            then = before.get(label, {})
-            out[label] = sum(v - then.get(k, 0) for k, v in now.items()) / 1e9
-        return out
-
-
-# --------------------------------------------------------------------------------------------
-# A raw JDWP client
-
-HANDSHAKE = b"JDWP-Handshake"
-HEADER = struct.Struct(">IIBBB")  # length, id, flags, command set, command
-REPLY = struct.Struct(">IIBH")  # length, id, flags, error code
-
-
-def jstring(body: bytes, at: int = 0) -> str:
-    (n,) = struct.unpack_from(">i", body, at)
-    return body[at + 4 : at + 4 + n].decode("utf-8", "replace")
-
-
-def find_main(client: Jdwp) -> bytes:
-    for tid in client.ids(client.ok(1, 4), client.sizes[2]):
-        if jstring(client.ok(11, 1, tid)) == "main":
-            return tid
-    raise RuntimeError("no thread named main")
+# The mix
 
 
 def mix_once(client: Jdwp, main: bytes) -> int:
@@ -237,29 +175,11 @@ def mix_once(client: Jdwp, main: bytes) -> int:
 # The processes
 
 
-def tcp_listening(port: int) -> bool:
-    """Whether a socket on 127.0.0.1:``port`` is in LISTEN state (/proc/net/tcp)."""
-    local = f"0100007F:{port:04X}"
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        next(table)
-        return any((f := line.split())[1] == local and f[3] == "0A" for line in table)
-
-
-def run_adb(port: int, *args: str) -> str:
-    done = subprocess.run(
-        ["adb", "-P", str(port), *args], capture_output=True, text=True, timeout=20
-    )
-    if done.returncode:
-        raise RuntimeError(f"adb -P {port} {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
 @dataclass
-class Daemon:
+class Ddmd:
     """One ``ddmd run`` process and what the bench needs of it."""
 
-    child: Child
-    log_file: IO[str]
+    daemon: Daemon
     front_forward: int = 0
     vm_port: int = 0
 
@@ -271,14 +191,14 @@ class Rig:
     ports: Ports
     jvm: Child
     jvm_port: int
-    adb_port: int
+    adb: AdbServer
     serial: str
     config: Path
     control_port: int
     front_port: int
     adb_forward: int  # the real server's forward tcp:N jdwp:PID (path c)
-    cpu: CpuWatch
-    ddmd: Daemon | None = None
+    cpu: dict[str, list[int]]  # label -> the roots of its process trees
+    ddmd: Ddmd | None = None
     starts: int = 0
 
     @property
@@ -295,7 +215,7 @@ class Rig:
         """Until the JVM's agent listens again: its last JDWP session ended (HotSpot closes
         its listening socket while a debugger is attached and reopens it a few ms after)."""
         deadline = time.monotonic() + WAIT
-        while not tcp_listening(self.jvm_port):
+        while not proc.listening([self.jvm_port]):
             self.jvm.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the JVM does not listen on {self.jvm_port} again")
@@ -303,44 +223,28 @@ class Rig:
 
     # -------------------------------------------------------------- ddmd
 
-    def start_ddmd(self) -> Daemon:
+    def start_ddmd(self) -> Ddmd:
         self.starts += 1
-        log_file = (self.work / f"ddmd-{self.starts}.log").open("w", encoding="utf-8")
-        argv = [str(ROOT / ".venv/bin/ddmd"), "run", "--config", str(self.config)]
-        if not Path(argv[0]).exists():
-            argv = [sys.executable, "-P", "-m", "ddmd", "run", "--config", str(self.config)]
-        child = self.children.start("ddmd", [*argv, "--log-format", "json"], stdout=log_file)
-        daemon = Daemon(child, log_file)
-        self.ddmd = daemon
-        self.cpu.roots["ddmd"] = [child.pid]
+        log_path = self.work / f"ddmd-{self.starts}.log"
+        daemon = start_ddmd(self.config, log_path, self.control_port, children=self.children)
+        self.ddmd = Ddmd(daemon)
+        self.cpu["ddmd"] = [daemon.child.pid]
         vm = self.wait_vm(lambda vm: vm["state"] == "ready" and bool(vm.get("debugger_port")))
-        daemon.vm_port = int(str(vm["debugger_port"]))
-        out = run_adb(self.front_port, "-s", self.serial, "forward", "tcp:0", f"jdwp:{self.pid}")
-        daemon.front_forward = int(out)
-        return daemon
+        self.ddmd.vm_port = int(str(vm["debugger_port"]))
+        self.ddmd.front_forward = AdbServer(self.front_port).forward(self.serial, self.pid)
+        return self.ddmd
 
     def stop_ddmd(self) -> None:
         if self.ddmd is None:
             return
-        self.children.stop(self.ddmd.child)
-        self.ddmd.log_file.close()
+        self.ddmd.daemon.stop(self.children)
         self.ddmd = None
-        self.cpu.roots.pop("ddmd", None)
+        self.cpu.pop("ddmd", None)
         self.wait_jvm_listening()  # ddmd's VM connection has ended
 
     def wait_vm(self, good: Callable[[dict[str, object]], bool]) -> dict[str, object]:
         assert self.ddmd is not None
-        deadline = time.monotonic() + WAIT
-        with httpx.Client(base_url=f"http://{HOST}:{self.control_port}", timeout=5) as api:
-            while True:
-                self.ddmd.child.check_alive()
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    for vm in api.get("/api/v1/vms").json():
-                        if vm["id"] == self.vm_id and good(vm):
-                            return dict(vm)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"ddmd: {self.vm_id} not as expected within {WAIT:g} s")
-                time.sleep(0.03)
+        return self.ddmd.daemon.wait_vm(self.vm_id, good, timeout=WAIT, interval=0.03)
 
     # -------------------------------------------------------------- paths
 
@@ -348,16 +252,14 @@ class Rig:
         """The end of the running ddmd's log, for an error message ("" without ddmd)."""
         if self.ddmd is None:
             return " (ddmd stopped)"
-        log_path = self.work / f"ddmd-{self.starts}.log"
-        text = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-        return "\nddmd's log ends:\n" + "\n".join(line[:300] for line in text)
+        return self.ddmd.daemon.tail(lines)
 
     def ddmd_times(self, after: float, peer: str | None = None) -> dict[str, float]:
         """Wall-clock times (time.time()) of ddmd's first log events since ``after`` about one
         connection (``peer``, or the first one seen): front.forward_connected (handed to the VM,
         after the peer lookup) and debugger.attached (its handshake answered)."""
         assert self.ddmd is not None
-        log_path = self.work / f"ddmd-{self.starts}.log"
+        log_path = self.ddmd.daemon.log_path
         wanted = ("front.forward_connected", "debugger.attached")
         found: dict[str, float] = {}
         for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -390,39 +292,20 @@ class Rig:
             self.wait_vm(lambda vm: vm["state"] == "ready" and not vm.get("debuggers"))
 
 
-def use_tree(ref: str | None, work: Path) -> str:
-    """With ``ref``, ddmd (the daemon, the fake device, the lookup timed here) runs from a
-    ``git archive`` snapshot of that revision, not from the working tree, which others may be
-    editing meanwhile. Says which code runs."""
-    said, snapshot = code_under_test(ref, work, "front")
-    if snapshot is not None:
-        # Children: PYTHONPATH comes before the editable install's finder (the ddmd script's
-        # own directory is sys.path[0]; the fake device runs with -P, so the cwd is not
-        # searched first either); this process: first on sys.path, before anything of ddmd is
-        # imported.
-        os.environ["PYTHONPATH"] = str(snapshot)
-        sys.path.insert(0, str(snapshot))
-    return said
-
-
 def make_rig(
     work: Path, children: Children, ports: Ports, stops: list[Callable[[], object]]
 ) -> Rig:
     """The JVM, the adb server with the fake device adopted, both forwards' prerequisites and
     ddmd's config; ``stops`` gets what must be undone at the end (the adb server)."""
     classes = work / "classes"
-    subprocess.run(["javac", "-d", str(classes), str(JAVA_DIR / "Target.java")], check=True)
+    jvm.compile_java(classes, ["Target.java"])
     jvm_port = ports.take()
-    agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{jvm_port}"
-    argv = ["java", agent, "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), "Target"]
-    jvm = children.start("JVM", argv)
-    jvm.wait_match(rf"Listening for transport dt_socket at address: {jvm_port}", WAIT)
+    target = children.start("JVM", jvm.jvm_argv(jvm_port, classes, "Target"))
+    jvm.wait_agent(target, jvm_port, WAIT)
 
-    adb_port = ports.take()
-    stops.append(lambda: run_adb(adb_port, "kill-server"))
-    run_adb(adb_port, "start-server")
-    cpu = CpuWatch()
-    cpu.roots["adb side"] = [find_adb_server(adb_port)]
+    adb = AdbServer(ports.take())
+    stops.append(adb.kill)
+    cpu = {"adb side": [adb.start()]}
     device_port = ports.take()
     device = children.start(
         "fake device",
@@ -434,61 +317,41 @@ def make_rig(
             "--port",
             str(device_port),
             "--pid",
-            f"{jvm.pid}={HOST}:{jvm_port}",
+            f"{target.pid}={HOST}:{jvm_port}",
             "--adb-port",
-            str(adb_port),
+            str(adb.port),
         ],
     )
-    serial = device.wait_match(r"^device (\S+) ready", WAIT)[1].group(1)
-    cpu.roots["adb side"].append(device.pid)
-    deadline = time.monotonic() + WAIT
-    while f"{serial}\tdevice" not in run_adb(adb_port, "devices"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{serial} not online in the adb server")
-        time.sleep(0.1)
-    adb_forward = int(run_adb(adb_port, "-s", serial, "forward", "tcp:0", f"jdwp:{jvm.pid}"))
+    cpu["adb side"].append(device.pid)
+    serial = adb.adopt(device, WAIT)
+    adb_forward = adb.forward(serial, target.pid)
 
     control_port, front_port, current_port = ports.take(), ports.take(), ports.take()
     first, last = ports.take_range(2)
-    config = work / "ddmd.toml"
-    config.write_text(
-        f"""\
-[scan]
-enabled = false
-
-[adb]
-enabled = "on"
-host = "{HOST}"
-port = {adb_port}
-path = "{work / "no-adb-program"}"
-
-[front]
-host = "{HOST}"
-port = {front_port}
-
-[debugger]
-host = "{HOST}"
-ports = "{first}-{last}"
-current_port = {current_port}
-state_file = "{work / "ddmd-ports.json"}"
-
-[control]
-host = "{HOST}"
-port = {control_port}
-socket = ""
-
-[log]
-format = "json"
-level = "info"
-"""
+    no_adb = work / "no-adb-program"
+    config = write_config(
+        work / "ddmd.toml",
+        {
+            "scan": {"enabled": False},
+            "adb": {"enabled": "on", "host": HOST, "port": adb.port, "path": no_adb},
+            "front": {"host": HOST, "port": front_port},
+            "debugger": {
+                "host": HOST,
+                "ports": f"{first}-{last}",
+                "current_port": current_port,
+                "state_file": work / "ddmd-ports.json",
+            },
+            "control": {"host": HOST, "port": control_port, "socket": ""},
+            "log": json_log(),
+        },
     )
     return Rig(
         work,
         children,
         ports,
-        jvm,
+        target,
         jvm_port,
-        adb_port,
+        adb,
         serial,
         config,
         control_port,
@@ -539,14 +402,14 @@ def timed_cpu(
 ) -> None:
     """Add the CPU the watched trees spend in ``run()`` (and ``grace`` seconds after it) to
     ``fig.cpu[part]``."""
-    before = rig.cpu.snapshot()
+    before = proc.snapshot(rig.cpu)
     run()
     if grace:
         time.sleep(grace)
-    spent = CpuWatch.delta(before, rig.cpu.snapshot())
+    spent = proc.spent_by_label(before, proc.snapshot(rig.cpu))
     mine = fig.cpu.setdefault(part, {})
-    for label, seconds in spent.items():
-        mine[label] = mine.get(label, 0.0) + seconds
+    for label, ns in spent.items():
+        mine[label] = mine.get(label, 0.0) + ns / 1e9
 
 
 RETRIES = 5  # attempts of one sample whose connection the far end dropped at once
@@ -615,7 +478,7 @@ def session(rig: Rig, path: str, fig: RoundFigures | None, trips: int, mixes: in
     client = connect(rig.port(path))
     try:
         client.id_sizes()
-        main = find_main(client)
+        main = client.find_main()
         name = (11, 1, main)
         for _ in range(50):
             client.command(*name)
@@ -692,20 +555,16 @@ def block(
     if paths != ("adb-fwd",):
         rig.start_ddmd()
 
-    def turns(n: int) -> Iterator[str]:
-        for i in range(n):
-            yield from paths if i % 2 == 0 else paths[::-1]
-
     for path in paths:  # warm-up, untimed
         shake_once(rig, path, None)
         session(rig, path, None, max(10, args.trips // 20), 3)
-    for path in turns(halves(args.handshakes)[half]):
+    for path in alternating(paths, halves(args.handshakes)[half]):
         shake_once(rig, path, figs[path])
     sessions = SESSIONS // 2
     trips, mixes = -(-args.trips // SESSIONS), -(-args.mix // SESSIONS)
-    for path in turns(sessions):
+    for path in alternating(paths, sessions):
         session(rig, path, figs[path], trips, mixes)
-    for path in turns(halves(args.attaches)[half]):
+    for path in alternating(paths, halves(args.attaches)[half]):
         attach_once(rig, path, figs[path])
 
 
@@ -825,10 +684,6 @@ def med(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def span(values: Sequence[float], fmt: str) -> str:
-    return f"{med(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
-
-
 def report(rounds: list[dict[str, RoundFigures]], args: argparse.Namespace) -> list[str]:
     def per_round(path: str, metric: str) -> list[float]:
         return [med(getattr(r[path], metric)) for r in rounds]
@@ -872,12 +727,8 @@ def report(rounds: list[dict[str, RoundFigures]], args: argparse.Namespace) -> l
     verdicts = []
     for metric, title, _, target in metrics:
         a, b, c = (per_round(p, metric) for p in PATHS)
-        fb = [x / y for x, y in zip(a, b, strict=True)]
-        fc = [x / y for x, y in zip(a, c, strict=True)]
-        bc = [x / y for x, y in zip(b, c, strict=True)]
-        verdict = "PASS" if med(fb) <= TARGET else "FAIL"
-        if verdict == "PASS" and max(fb) > TARGET:
-            verdict = "PASS*"
+        fb, fc, bc = ratios(a, b), ratios(a, c), ratios(b, c)
+        verdict = by_median(fb, TARGET)
         label = verdict if target else f"({verdict})"
         out.append(
             f"{title.split(',')[0]:<17}{span(fb, '.3f'):>22} {label:<6}{span(fc, '.3f'):>21}"
@@ -919,16 +770,15 @@ def report(rounds: list[dict[str, RoundFigures]], args: argparse.Namespace) -> l
                 cells.append(f"{'-':>22}" if cpu is None else f"{span(cpu, fmt):>22}")
             name = TITLES[path] if label == "ddmd" else ""
             out.append(f"{name:<26}{label:<10}{''.join(cells)}")
-    ratios = []
+    cells = []
     for part, samples, scale, _ in parts:
         mine = cpu_of("front", "ddmd", part, samples, scale)
         theirs = cpu_of("vm-port", "ddmd", part, samples, scale)
         if mine and theirs and all(theirs):
-            paired = [x / y for x, y in zip(mine, theirs, strict=True)]
-            ratios.append(f"{span(paired, '.3f'):>22}")
+            cells.append(f"{span(ratios(mine, theirs), '.3f'):>22}")
         else:
-            ratios.append(f"{'-':>22}")
-    out.append(f"{'ddmd CPU, front / per-VM':<36}{''.join(ratios)}")
+            cells.append(f"{'-':>22}")
+    out.append(f"{'ddmd CPU, front / per-VM':<36}{''.join(cells)}")
     out.append(
         "(adb side = the real adb server + the fake device: on every path, since ddmd's own VM "
         "connection goes through them too; ddmd is not running on path c)"
@@ -1017,7 +867,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ADB_ENV:  # every child: this HOME (adb's keys), no adb port variables
             os.environ.pop(name, None)
         os.environ["HOME"] = str(home)
-        tree = use_tree(args.ref, work)
+        tree = use_tree(args.ref, work, "front", here=True)
         ports = Ports()
         rig: Rig | None = None
         stops: list[Callable[[], object]] = []
@@ -1025,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ddmd: {tree}", flush=True)
             rig = make_rig(work, children, ports, stops)
             print(
-                f"JVM pid {rig.pid} on :{rig.jvm_port}; adb server :{rig.adb_port}, device "
+                f"JVM pid {rig.pid} on :{rig.jvm_port}; adb server :{rig.adb.port}, device "
                 f"{rig.serial}; ddmd front :{rig.front_port}; adb forward :{rig.adb_forward}",
                 flush=True,
             )
@@ -1062,9 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"ddmd was started {rig.starts if rig else 0} times (a fresh process for each block "
         "of a and b).",
     ]
-    for line in lines:
-        print(line, flush=True)
-    print(f"total {time.monotonic() - started:.0f} s", flush=True)
+    print_report(lines, started)
     return 0
 
 

@@ -15,7 +15,6 @@ Target: ddmd's peak RSS under 100 MB for a 1 GiB dump, and for a 3 GiB one (issu
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import tempfile
 import threading
@@ -23,9 +22,12 @@ import time
 from pathlib import Path
 
 import httpx
+from rig import HOST
+from rig.children import Child
+from rig.daemon import ddmd_argv, scan_config, write_config
+from rig.ports import Layout
+from rig.proc import status_kb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.children import Child
 from ddmd.protocol.hprof import summarise_file
 
 TARGET_MB = 100.0
@@ -39,45 +41,18 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-def free_ports(n: int) -> list[int]:
-    for base in range(21000, 30000, 7):
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return list(range(base, base + n))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise SystemExit("no free ports")
-
-
-def status_kb(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", "--size", dest="size", default="1G", help="dump size (1G)")
     args = parser.parse_args()
     size = parse_size(args.size)
-    vm_port, control, current, dbg_lo, dbg_hi = free_ports(5)
+    layout = Layout.find(1, 2, 21000)
+    vm_port, control = layout.scan.start, layout.control
     work = Path(tempfile.mkdtemp(prefix="ddmd-hprof-bench-"))
     config = work / "ddmd.toml"
-    config.write_text(
-        f'[scan]\nports = "{vm_port}"\ninterval = 0.5\n[adb]\nenabled = "off"\n'
-        f'[debugger]\nports = "{dbg_lo}-{dbg_hi}"\ncurrent_port = {current}\n'
-        f'state_file = "{work / "ports.json"}"\n[control]\nport = {control}\n'
-        # No [limits]: the dump is one JDWP packet of SIZE + 19 bytes, over the default 1 GiB
-        # max_packet_bytes from 1 GiB on; it streams to disk, so the cap does not apply to it.
-    )
+    # No [limits]: the dump is one JDWP packet of SIZE + 19 bytes, over the default 1 GiB
+    # max_packet_bytes from 1 GiB on; it streams to disk, so the cap does not apply to it.
+    write_config(config, scan_config(layout, work / "ports.json", 0.5))
     python = sys.executable
     sim = Child(
         "sim",
@@ -96,10 +71,8 @@ def main() -> int:
             "0",
         ],
     )
-    ddmd = Child(
-        "ddmd", [python, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
-    )
-    base = f"http://127.0.0.1:{control}"
+    ddmd = Child("ddmd", ddmd_argv("run", "--config", str(config), "--log-format", "json"))
+    base = f"http://{HOST}:{control}"
     vm_id = f"tcp:{vm_port}"
     try:
         deadline = time.monotonic() + 30

@@ -63,30 +63,27 @@ working tree, which others may be editing during the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from children import Child
-from proctree import Threads, code_under_test, schedstat
+from rig import jvm, proc
+from rig.children import Child, Children
+from rig.daemon import Daemon, Vm, log_problems, scan_config, start_ddmd, use_tree, write_config
+from rig.ports import Layout
+from rig.proc import Threads
+from rig.rounds import span
 
-ROOT = Path(__file__).resolve().parent.parent
-JAVA_SOURCE = ROOT / "bench" / "java" / "IdleThreads.java"
-HOST = "127.0.0.1"
 FIRST_PORT = 21000  # below Linux's ephemeral range (32768-60999)
 POLL_INTERVAL = 0.5  # [monitor] thread_poll_interval in the polling phase: 2 Hz
 SCAN_INTERVAL = 1.0
@@ -108,17 +105,6 @@ def poll_bytes(threads: int) -> int:
 # CPU of process trees, /proc/PID/task/*/schedstat
 
 
-tree_ns = schedstat
-
-
-def delta_s(before: Threads, after: Threads, field_: int = 0) -> float:
-    """Seconds over every thread in ``after`` (a thread new since ``before`` counts from 0)."""
-    total = 0
-    for key, now in after.items():
-        total += now[field_] - before.get(key, (0, 0))[field_]
-    return total / 1e9
-
-
 def thread_kind(pid: int, tid: int) -> str:
     try:
         comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
@@ -127,13 +113,6 @@ def thread_kind(pid: int, tid: int) -> str:
     if comm.startswith(JDWP_THREADS):
         return "jdwp"
     return "app" if APP_THREADS.match(comm) else "runtime"
-
-
-def machine_busy_s() -> float:
-    """Busy CPU seconds of the whole machine since boot (/proc/stat, every CPU)."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -150,10 +129,10 @@ def snapshot(ddmd_pid: int, jvm_pids: Sequence[int], ports: range) -> Snapshot:
     received = jdwp_received(ports)
     snap = Snapshot(
         time.monotonic(),
-        tree_ns(ddmd_pid),
-        [tree_ns(p) for p in jvm_pids],
-        tree_ns(os.getpid(), tree=False),  # its children are ddmd and the JVMs
-        machine_busy_s(),
+        proc.schedstat(ddmd_pid),
+        [proc.schedstat(p) for p in jvm_pids],
+        proc.schedstat(os.getpid(), tree=False),  # its children are ddmd and the JVMs
+        proc.machine_ticks()[0] / proc.CLK_TCK,
         received,
     )
     snap.at = (snap.at + time.monotonic()) / 2
@@ -161,42 +140,7 @@ def snapshot(ddmd_pid: int, jvm_pids: Sequence[int], ports: range) -> Snapshot:
 
 
 # --------------------------------------------------------------------------------------------
-# Sockets: free ports, listening agents, bytes per connection
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_block(count: int, start: int) -> int:
-    """The first of ``count`` consecutive free ports at or above ``start`` (below 32768: a
-    probe of a port in the ephemeral range can connect to itself)."""
-    base = start
-    while base + count <= 32768:
-        busy = next((p for p in range(base, base + count) if not port_free(p)), None)
-        if busy is None:
-            return base
-        base = busy + 1
-    raise RuntimeError(f"no {count} consecutive free ports between {start} and 32767")
-
-
-def listening(ports: range) -> set[int]:
-    """Which of ``ports`` have a socket in LISTEN state on 127.0.0.1 (/proc/net/tcp)."""
-    wanted = {f"0100007F:{p:04X}": p for p in ports}
-    out = set()
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        next(table)
-        for line in table:
-            f = line.split()
-            if f[3] == "0A" and f[1] in wanted:
-                out.add(wanted[f[1]])
-    return out
+# Sockets: bytes per connection
 
 
 _SS_ADDR = re.compile(r"127\.0\.0\.1:(\d+)\s+127\.0\.0\.1:(\d+)")
@@ -236,73 +180,6 @@ def jdwp_received(ports: range) -> dict[int, dict[int, int]]:
 # ddmd
 
 
-def use_tree(ref: str | None, work: Path) -> str:
-    """With ``ref``, ddmd runs from a ``git archive`` snapshot of that revision."""
-    said, snapshot = code_under_test(ref, work, "jvm_threads")
-    if snapshot is not None:
-        os.environ["PYTHONPATH"] = str(snapshot)  # before the editable install's finder
-    return said
-
-
-def write_config(
-    path: Path, *, scan: range, debugger: int, current: int, control: int, polling: bool
-) -> None:
-    path.write_text(
-        f"""\
-[scan]
-host = "{HOST}"
-ports = "{scan.start}-{scan.stop - 1}"
-interval = {SCAN_INTERVAL}
-backoff_max = 60.0
-
-[adb]
-enabled = "off"
-
-[front]
-enabled = false
-
-[debugger]
-host = "{HOST}"
-ports = "{debugger}-{debugger + len(scan) - 1}"
-current_port = {current}
-state_file = "{path.parent / "ddmd-ports.json"}"
-
-[control]
-host = "{HOST}"
-port = {control}
-socket = ""
-
-[monitor]
-thread_poll_interval = {POLL_INTERVAL}
-always_poll_threads = {"true" if polling else "false"}
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
-
-
-def ddmd_argv(config: Path) -> list[str]:
-    script = ROOT / ".venv" / "bin" / "ddmd"
-    if script.exists():
-        return [str(script), "run", "--config", str(config), "--log-format", "json"]
-    return [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
-
-
-def log_problems(path: Path) -> Counter[str]:
-    """Warnings and errors in ddmd's JSON log, by event."""
-    out: Counter[str] = Counter()
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("{"):
-            continue
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if record.get("level") in ("warning", "error", "critical"):
-                out[str(record.get("event", "?"))] += 1
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Phases and rounds
 
@@ -325,7 +202,7 @@ class Phase:
     received: dict[int, int] = field(default_factory=dict)  # JVM port -> JDWP bytes in
     ready_s: float = 0.0
     rss_mb: float = 0.0
-    problems: Counter[str] = field(default_factory=Counter)
+    problems: dict[str, int] = field(default_factory=dict)
 
     def pct(self, seconds: float) -> float:
         return 100 * seconds / self.window
@@ -344,11 +221,12 @@ class Rig:
     args: argparse.Namespace
     work: Path
     jvms: list[Child]
-    ports: range
-    debugger: int
-    current: int
-    control: int
+    layout: Layout  # the scan range: the JVMs' ports
     starts: int = 0
+
+    @property
+    def ports(self) -> range:
+        return self.layout.scan
 
     @property
     def vm_ids(self) -> list[str]:
@@ -357,76 +235,68 @@ class Rig:
     def config(self, polling: bool) -> Path:
         path = self.work / f"ddmd-{'polling' if polling else 'quiet'}.toml"
         if not path.exists():
-            write_config(
-                path,
-                scan=self.ports,
-                debugger=self.debugger,
-                current=self.current,
-                control=self.control,
-                polling=polling,
-            )
+            sections = scan_config(self.layout, path.parent / "ddmd-ports.json", SCAN_INTERVAL)
+            sections["front"] = {"enabled": False}
+            sections["control"]["socket"] = ""
+            sections["monitor"] = {
+                "thread_poll_interval": POLL_INTERVAL,
+                "always_poll_threads": polling,
+            }
+            write_config(path, sections)
         return path
 
     def check_jvms(self) -> None:
-        for jvm in self.jvms:
-            jvm.check_alive()
+        for child in self.jvms:
+            child.check_alive()
 
     def wait_listening(self) -> None:
         """Every JVM's agent listens (again: HotSpot's agent goes back to listening when its
         debugger, here ddmd, disconnects)."""
         deadline = time.monotonic() + WAIT
-        while missing := set(self.ports) - listening(self.ports):
+        while missing := set(self.ports) - proc.listening(self.ports):
             self.check_jvms()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"JVM agents not listening on {sorted(missing)}")
             time.sleep(0.05)
 
-    def wait_identified(self, api: httpx.Client, ddmd: Child, polling: bool) -> None:
+    def wait_identified(self, ddmd: Daemon, polling: bool) -> None:
         want = set(self.vm_ids)
-        deadline = time.monotonic() + WAIT
-        while True:
-            ddmd.check_alive()
-            self.check_jvms()
+
+        def identified(vms: list[Vm]) -> bool | None:
             good: set[str] = set()
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                for vm in api.get("/api/v1/vms").json():
-                    if vm["id"] not in want or vm["ddm"] is not False or vm["state"] != "ready":
-                        continue
-                    if polling and (vm["threads"] or 0) < self.args.min_threads:
-                        continue
-                    good.add(vm["id"])
-            if good == want:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"ddmd: {len(good)} of {len(want)} JVMs identified"
-                    f"{' with their threads' if polling else ''} within {WAIT:g} s"
-                )
-            time.sleep(0.2)
+            for vm in vms:
+                if vm["id"] not in want or vm["ddm"] is not False or vm["state"] != "ready":
+                    continue
+                if polling and (vm["threads"] or 0) < self.args.min_threads:
+                    continue
+                good.add(vm["id"])
+            return True if good == want else None
+
+        what = f"every JVM identified{' with its threads' if polling else ''}"
+        ddmd.wait_vms(identified, what, timeout=WAIT, interval=0.2, alive=self.check_jvms)
 
     def phase(self, polling: bool, label: str) -> Phase:
         self.starts += 1
         log_path = self.work / f"ddmd-{self.starts}.log"
         out = Phase(polling)
-        with log_path.open("w", encoding="utf-8") as log_file:
-            ddmd = Child("ddmd", ddmd_argv(self.config(polling)), stdout=log_file)
-            try:
-                t0 = time.monotonic()
-                with httpx.Client(base_url=f"http://{HOST}:{self.control}", timeout=10) as api:
-                    self.wait_identified(api, ddmd, polling)
-                    out.ready_s = time.monotonic() - t0
-                    time.sleep(self.args.settle)
-                    pids = [j.pid for j in self.jvms]
-                    before = snapshot(ddmd.pid, pids, self.ports)
-                    time.sleep(self.args.seconds)
-                    after = snapshot(ddmd.pid, pids, self.ports)
-                    ddmd.check_alive()
-                    self.check_jvms()
-                    self._figures(out, before, after)
-                    out.rss_mb = rss_mb(ddmd.pid)
-                    self._check_lists(out, api)
-            finally:
-                ddmd.stop()
+        ddmd = start_ddmd(self.config(polling), log_path, self.layout.control)
+        try:
+            t0 = time.monotonic()
+            self.wait_identified(ddmd, polling)
+            out.ready_s = time.monotonic() - t0
+            with httpx.Client(base_url=ddmd.base, timeout=10) as api:
+                time.sleep(self.args.settle)
+                pids = [j.pid for j in self.jvms]
+                before = snapshot(ddmd.child.pid, pids, self.ports)
+                time.sleep(self.args.seconds)
+                after = snapshot(ddmd.child.pid, pids, self.ports)
+                ddmd.child.check_alive()
+                self.check_jvms()
+                self._figures(out, before, after)
+                out.rss_mb = proc.status_kb(ddmd.child.pid, "VmRSS") / 1024
+                self._check_lists(out, api)
+        finally:
+            ddmd.stop()
         out.problems = log_problems(log_path)
         self.wait_listening()
         print(f"  {label:<12}  {line(out)}", flush=True)
@@ -434,15 +304,15 @@ class Rig:
 
     def _figures(self, out: Phase, before: Snapshot, after: Snapshot) -> None:
         out.window = after.at - before.at
-        out.ddmd = delta_s(before.ddmd, after.ddmd)
-        out.ddmd_wait = delta_s(before.ddmd, after.ddmd, 1)
+        out.ddmd = proc.spent(before.ddmd, after.ddmd) / 1e9
+        out.ddmd_wait = proc.spent(before.ddmd, after.ddmd, 1) / 1e9
         out.split = dict.fromkeys(SPLIT, 0.0)
         for b, a in zip(before.jvms, after.jvms, strict=True):
             for (pid, tid), (run, _) in a.items():
                 spent = (run - b.get((pid, tid), (0, 0))[0]) / 1e9
                 out.split[thread_kind(pid, tid)] += spent
         out.jvms = sum(out.split.values())
-        out.bench = delta_s(before.bench, after.bench)
+        out.bench = proc.spent(before.bench, after.bench) / 1e9
         out.other = max(0.0, after.machine - before.machine - out.ddmd - out.jvms - out.bench)
         for port in self.ports:
             now, then = after.received.get(port, {}), before.received.get(port, {})
@@ -462,13 +332,6 @@ class Rig:
         else:
             vms = {vm["id"]: vm for vm in api.get("/api/v1/vms").json()}
             out.null_lists = sum(1 for v in self.vm_ids if v in vms and vms[v]["threads"] is None)
-
-
-def rss_mb(pid: int) -> float:
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if row.startswith("VmRSS:"):
-            return int(row.split()[1]) / 1024
-    return 0.0
 
 
 def line(p: Phase) -> str:
@@ -543,10 +406,7 @@ PART_TITLES = {
 def spread(values: Sequence[float], fmt: str) -> str:
     if any(v == float("inf") for v in values):
         return "-"
-    return (
-        f"{format(statistics.median(values), fmt)} "
-        f"({format(min(values), fmt)}..{format(max(values), fmt)})"
-    )
+    return span(values, fmt, "..")
 
 
 def report(pairs: Sequence[Pair], args: argparse.Namespace, code: str) -> None:
@@ -617,27 +477,17 @@ def report(pairs: Sequence[Pair], args: argparse.Namespace, code: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def start_jvms(args: argparse.Namespace, work: Path, base: int) -> list[Child]:
+def start_jvms(args: argparse.Namespace, work: Path, base: int, children: Children) -> list[Child]:
     classes = work / "classes"
-    subprocess.run(["javac", "-d", str(classes), str(JAVA_SOURCE)], check=True)
+    jvm.compile_java(classes, ["IdleThreads.java"])
     jvms = []
     for port in range(base, base + args.jvms):
-        agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address={HOST}:{port}"
-        argv = ["java", agent, *args.jvm_opt, "-cp", str(classes), "IdleThreads"]
-        jvms.append(Child(f"JVM on {port}", argv))
-    for port, jvm in zip(range(base, base + args.jvms), jvms, strict=True):
-        jvm.wait_match(rf"Listening for transport dt_socket at address: {port}", WAIT)
-        jvm.wait_match(r"^ready \d+", WAIT)
+        argv = jvm.jvm_argv(port, classes, "IdleThreads", args.jvm_opt)
+        jvms.append(children.start(f"JVM on {port}", argv))
+    for port, child in zip(range(base, base + args.jvms), jvms, strict=True):
+        jvm.wait_agent(child, port, WAIT)
+        child.wait_match(r"^ready \d+", WAIT)
     return jvms
-
-
-def stop_all(children: Sequence[Child]) -> None:
-    for child in children:
-        with contextlib.suppress(OSError):
-            if child.proc.poll() is None:
-                child.proc.terminate()
-    for child in children:
-        child.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -660,30 +510,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     work = Path(tempfile.mkdtemp(prefix="ddmd-jvm-threads-"))
-    jvms: list[Child] = []
+    children = Children()
     pairs: list[Pair] = []
     code = "?"
     try:
-        code = use_tree(args.ref, work)
-        base = free_block(args.jvms, args.first_port)
-        ports = range(base, base + args.jvms)
-        debugger = free_block(args.jvms, ports.stop)
-        current = free_block(1, debugger + args.jvms)
-        control = free_block(1, current + 1)
+        code = use_tree(args.ref, work, "jvm_threads")
+        layout = Layout.find(args.jvms, args.jvms, args.first_port)
+        ports = layout.scan
         print(
             f"{args.jvms} JVMs on {ports.start}-{ports.stop - 1}, debugger ports from "
-            f"{debugger}, control {control}; ddmd from {code}; work dir {work}",
+            f"{layout.debugger.start}, control {layout.control}; ddmd from {code}; work dir {work}",
             flush=True,
         )
         t0 = time.monotonic()
-        jvms = start_jvms(args, work, base)
+        jvms = start_jvms(args, work, ports.start, children)
         print(
             f"JVMs up after {time.monotonic() - t0:.1f} s; {args.warmup:g} s for their start-up "
             "work (JIT, GC) to end",
             flush=True,
         )
         time.sleep(args.warmup)
-        rig = Rig(args, work, jvms, ports, debugger, current, control)
+        rig = Rig(args, work, jvms, layout)
         for r in range(args.rounds):
             order = (True, False) if r % 2 == 0 else (False, True)
             print(f"round {r + 1}/{args.rounds}", flush=True)
@@ -696,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        stop_all(jvms)
+        children.stop_all()
         if args.keep:
             print(f"configs and logs kept in {work}")
         else:

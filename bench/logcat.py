@@ -92,7 +92,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -108,12 +107,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from children import Child
 from logcat_device import APP, APP_PID
-from proctree import find_adb_server, schedstat
+from rig import HOST, ROOT, proc
+from rig.adb import AdbServer
+from rig.children import Child
+from rig.daemon import changed_files, ddmd_argv, git, json_log, start_ddmd, write_config
+from rig.ports import Ports
 
-ROOT = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
 WAIT = 60.0  # seconds: one set-up condition (ddmd ready, the VM named, viewers connected)
 SETTLE = 2.0  # seconds between the viewers connected and the load
 QUIET = 15.0  # seconds without progress after the load: the viewers are done
@@ -133,32 +133,11 @@ CHROMIUM_ARGS = [  # tests/web/test_browser.py
     "--disable-sync",
 ]
 #: What would send the adb client or server elsewhere (tests/adb/device.py's list).
-ADB_ENV = (
-    "ANDROID_ADB_SERVER_PORT",
-    "ANDROID_ADB_SERVER_ADDRESS",
-    "ADB_SERVER_SOCKET",
-    "ANDROID_SDK_HOME",
-    "ANDROID_USER_HOME",
-    "ADB_VENDOR_KEYS",
-    "ADB_TRACE",
-)
-#: One --json item of a load line: its seq, the counter and the send time in its message.
 LOAD_LINE = re.compile(rb'"seq":(\d+),[^\n]*?"message":"bench (\d+) (\d+) ')
 MARK_LINE = re.compile(rb'"message":"benchmark-mark (\d+)"')
 
 # --------------------------------------------------------------------------------------------
 # CPU of process trees, /proc/PID/task/*/schedstat
-
-
-threads_ns = schedstat
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, all) clock ticks of every CPU since boot, /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already inside user
-    return total - idle, total
 
 
 @dataclass(frozen=True)
@@ -176,16 +155,13 @@ class CpuWatch:
         self.roots: dict[str, tuple[int, bool]] = {}
 
     def snapshot(self) -> Snapshot:
-        threads = {label: threads_ns(pid, tree) for label, (pid, tree) in self.roots.items()}
-        return Snapshot(threads, machine_ticks())
+        threads = {label: proc.schedstat(pid, tree) for label, (pid, tree) in self.roots.items()}
+        return Snapshot(threads, proc.machine_ticks())
 
     @staticmethod
     def _sum(before: Snapshot, after: Snapshot, field: int) -> dict[str, float]:
-        out = {}
-        for label, now in after.threads.items():
-            then = before.threads.get(label, {})
-            out[label] = sum(v[field] - then.get(k, (0, 0))[field] for k, v in now.items()) / 1e9
-        return out
+        spent = proc.spent_by_label(before.threads, after.threads, field)
+        return {label: ns / 1e9 for label, ns in spent.items()}
 
     @staticmethod
     def seconds(before: Snapshot, after: Snapshot) -> dict[str, float]:
@@ -198,8 +174,7 @@ class CpuWatch:
     @staticmethod
     def machine(before: Snapshot, after: Snapshot) -> float:
         """Busy CPU seconds of the whole machine (every process, ours or not)."""
-        hz = os.sysconf("SC_CLK_TCK")
-        return (after.machine[0] - before.machine[0]) / hz
+        return (after.machine[0] - before.machine[0]) / proc.CLK_TCK
 
     @staticmethod
     def main_thread(before: Snapshot, after: Snapshot, label: str, pid: int) -> tuple[float, float]:
@@ -294,16 +269,6 @@ def trace_summary(trace: dict[str, Any], span: float) -> list[str]:
     return out
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a process, MB (10**6 bytes)."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) * 1024 / 1e6
-    return values["VmRSS"], values["VmHWM"]
-
-
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (by the parent field of /proc/*/stat)."""
     parents: dict[int, list[int]] = {}
@@ -385,10 +350,7 @@ class CliFollower:
         ]
         for t in self._threads:
             t.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        self.pid = self.proc.pid
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -602,82 +564,32 @@ class Page:
 # Processes
 
 
-def free_port() -> int:
-    """A free loopback port (the system's choice), never 5037 nor 5554-5585."""
-    while True:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port != 5037 and not 5554 <= port <= 5585:
-            return port
-
-
-def adb_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ADB_ENV}
-    env["HOME"] = str(home)
-    return env
-
-
-def run_adb(port: int, home: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["adb", "-P", str(port), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=adb_env(home),
-        stdin=subprocess.DEVNULL,
-    )
-    if done.returncode:
-        raise RuntimeError(f"adb -P {port} {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def write_config(path: Path, adb_port: int) -> int:
+def config(path: Path, adb_port: int, ports: Ports) -> int:
     """ddmd's config for one round; returns its control port."""
-    control, current = free_port(), free_port()
-    first = free_port()
-    path.write_text(
-        f"""\
-[scan]
-enabled = false
-
-[adb]
-enabled = "on"
-host = "{HOST}"
-port = {adb_port}
-path = "{path.parent / "no-adb-program"}"
-
-[front]
-enabled = false
-
-[debugger]
-host = "{HOST}"
-ports = "{first}-{first}"
-current_port = {current}
-state_file = "{path.with_suffix(".ports.json")}"
-
-[control]
-host = "{HOST}"
-port = {control}
-socket = "{path.parent / "control.sock"}"
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
+    control, current = ports.take(), ports.take()
+    first = ports.take()
+    no_adb = path.parent / "no-adb-program"
+    sections: dict[str, dict[str, object]] = {
+        "scan": {"enabled": False},
+        "adb": {"enabled": "on", "host": HOST, "port": adb_port, "path": no_adb},
+        "front": {"enabled": False},
+        "debugger": {
+            "host": HOST,
+            "ports": f"{first}-{first}",
+            "current_port": current,
+            "state_file": path.with_suffix(".ports.json"),
+        },
+        "control": {"host": HOST, "port": control, "socket": path.parent / "control.sock"},
+        "log": json_log(),
+    }
+    write_config(path, sections)
     return control
 
 
 def code_state() -> str:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout
-
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "ddmd").splitlines()
-    files = ", ".join(line[3:] for line in dirty)
-    return f"working tree at {git('rev-parse', '--short', 'HEAD').strip()}" + (
-        f" + uncommitted changes in {files}" if dirty else ""
+    files = ", ".join(changed_files())
+    return f"working tree at {git('rev-parse', '--short', 'HEAD')}" + (
+        f" + uncommitted changes in {files}" if files else ""
     )
 
 
@@ -868,7 +780,8 @@ class Bench:
         self.work = work
         self.home = work / "adb-home"
         self.home.mkdir()
-        self.adb_port = free_port()
+        self.ports = Ports()
+        self.adb = AdbServer(self.ports.take(), self.home)
         self.adb_pid = 0
         self.device: Child | None = None
         self.serial = ""
@@ -879,23 +792,17 @@ class Bench:
     # ---------------------------------------------------------------- the whole run
 
     def start(self) -> None:
-        run_adb(self.adb_port, self.home, "start-server")
-        self.adb_pid = find_adb_server(self.adb_port)
+        self.adb_pid = self.adb.start()
         self.device = Child(
             "device",
             [
                 sys.executable,
                 str(ROOT / "bench" / "logcat_device.py"),
                 "--adb-port",
-                str(self.adb_port),
+                str(self.adb.port),
             ],
         )
-        self.serial = self.device.wait_match(r"^device (\S+) ready", WAIT)[1].group(1)
-        deadline = time.monotonic() + WAIT
-        while f"{self.serial}\tdevice" not in run_adb(self.adb_port, self.home, "devices"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.serial} not online in the adb server")
-            time.sleep(0.1)
+        self.serial = self.adb.adopt(self.device, WAIT)
         if not self.args.no_page:
             self.browser = Browser()
 
@@ -904,8 +811,7 @@ class Bench:
             self.browser.close()
         if self.device is not None:
             self.device.stop()
-        with contextlib.suppress(Exception):
-            run_adb(self.adb_port, self.home, "kill-server")
+        self.adb.kill()
 
     def tell(self, command: str, answer: str, timeout: float = WAIT) -> str:
         assert self.device is not None
@@ -918,64 +824,39 @@ class Bench:
         args = self.args
         r = Round(number)
         self.tell("reset", r"^ok reset")
-        config = self.work / f"ddmd-{number}.toml"
-        control = write_config(config, self.adb_port)
+        config_path = self.work / f"ddmd-{number}.toml"
+        control = config(config_path, self.adb.port, self.ports)
         log_path = self.work / f"ddmd-{number}.log"
         followers: list[CliFollower] = []
         page: Page | None = None
-        with log_path.open("w", encoding="utf-8") as log_file:
-            ddmd = Child(
-                "ddmd",
-                [
-                    str(ROOT / ".venv/bin/ddmd"),
-                    "run",
-                    "--config",
-                    str(config),
-                    "--log-format",
-                    "json",
-                ],
-                stdout=log_file,
+        daemon = start_ddmd(config_path, log_path, control)
+        ddmd = daemon.child
+        try:
+            base = daemon.base
+            vm_id = f"{self.serial}/{APP_PID}"
+            daemon.wait_vm(vm_id, lambda vm: vm.get("app") == APP, timeout=WAIT)
+            r.rss_startup = proc.memory_mb(ddmd.pid)[0]
+            if self.browser is not None:
+                page = Page(self.browser, base, vm_id)
+            way = (
+                ["--config", str(config_path)]
+                if args.cli_socket
+                else ["--control", f"{HOST}:{control}"]
             )
-            try:
-                base = f"http://{HOST}:{control}"
-                vm_id = f"{self.serial}/{APP_PID}"
-                self._wait_vm(ddmd, base, vm_id)
-                r.rss_startup = memory_mb(ddmd.pid)[0]
-                if self.browser is not None:
-                    page = Page(self.browser, base, vm_id)
-                way = (
-                    ["--config", str(config)]
-                    if args.cli_socket
-                    else ["--control", f"{HOST}:{control}"]
-                )
-                for i in range(args.followers):
-                    argv = [str(ROOT / ".venv/bin/ddmd"), "logcat", "--all"]
-                    argv += ["--device", self.serial, "--json", *way]
-                    followers.append(CliFollower(f"cli {i + 1}", argv))
-                self._connect(ddmd, followers, page)
-                time.sleep(SETTLE)
-                self._load(r, ddmd, base, followers, page)
-                r.log_events = self._log_events(log_path)
-            finally:
-                for f in followers:
-                    f.stop()
-                if page is not None:
-                    page.close()
-                ddmd.stop()
+            for i in range(args.followers):
+                argv = ddmd_argv("logcat", "--all", "--device", self.serial, "--json", *way)
+                followers.append(CliFollower(f"cli {i + 1}", argv))
+            self._connect(ddmd, followers, page)
+            time.sleep(SETTLE)
+            self._load(r, ddmd, base, followers, page)
+            r.log_events = self._log_events(log_path)
+        finally:
+            for f in followers:
+                f.stop()
+            if page is not None:
+                page.close()
+            daemon.stop()
         return r
-
-    def _wait_vm(self, ddmd: Child, base: str, vm_id: str) -> None:
-        deadline = time.monotonic() + WAIT
-        with httpx.Client(base_url=base, timeout=5, trust_env=False) as api:
-            while True:
-                ddmd.check_alive()
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    for vm in api.get("/api/v1/vms").json():
-                        if vm["id"] == vm_id and vm.get("app") == APP:
-                            return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"ddmd: {vm_id} ({APP}) not listed within {WAIT:g} s")
-                time.sleep(0.1)
 
     def _connect(self, ddmd: Child, followers: list[CliFollower], page: Page | None) -> None:
         """Marker lines until every viewer showed one."""
@@ -1023,7 +904,7 @@ class Bench:
         args = self.args
         assert self.device is not None
         self._roots(ddmd, followers)
-        r.rss_before = memory_mb(ddmd.pid)[0]
+        r.rss_before = proc.memory_mb(ddmd.pid)[0]
         before = self.cpu.snapshot()
         t0 = time.monotonic()
         start_ns = time.time_ns()
@@ -1083,7 +964,7 @@ class Bench:
         t1 = time.monotonic()
         ticker.finish(after, t1)
         r.window_s = t1 - t0
-        r.rss_after, r.hwm = memory_mb(ddmd.pid)
+        r.rss_after, r.hwm = proc.memory_mb(ddmd.pid)
         row = cpu_row(before, after, 0.0, r.window_s, ddmd.pid)
         r.cpu, r.wait, r.machine = row.cpu, row.wait, row.machine
         r.ddmd_main, r.ddmd_main_wait = row.main, row.main_wait
@@ -1319,7 +1200,7 @@ def main() -> int:
     try:
         bench.start()
         print(
-            f"  device {bench.serial} through adb server port {bench.adb_port}"
+            f"  device {bench.serial} through adb server port {bench.adb.port}"
             + (f"; Chromium {bench.browser.version}" if bench.browser else "")
         )
         for n in range(1, args.rounds + 1):

@@ -58,7 +58,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -68,8 +67,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from children import Child
-from jdwp_load import tree_ns
+from rig import HOST, proc
+from rig.children import Child
+from rig.daemon import ddmd_argv, scan_config, write_config
+from rig.ports import Layout
 
 CPU_TARGET = 0.5  # fraction of one core
 RSS_TARGET_MB = 100.0
@@ -89,17 +90,9 @@ SIM_HEAP_MB = 4
 SIM_GC_INTERVAL = 10.0  # seconds between GCs, each gap drawn from 0.8-1.2 times this
 SIM_CHURN_INTERVAL = 10.0  # mean seconds between thread events (exponential gaps)
 
-ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
 
 # --------------------------------------------------------------------------------------------
-# Child processes
-
-
-def tree_delta(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
-    """CPU seconds a process tree used between two ``tree_ns`` readings (new threads from 0)."""
-    return sum(v - before.get(k, 0) for k, v in after.items()) / 1e9
+# Figures
 
 
 def spread(values: Sequence[float], fmt: str) -> str:
@@ -109,103 +102,8 @@ def spread(values: Sequence[float], fmt: str) -> str:
     return "/".join(format(v, fmt) for v in picks)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, all) CPU seconds of the whole machine since boot, summed over every CPU."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle + iowait
-    total = sum(ticks[:8])  # guest time is already counted in user
-    return (total - idle) / CLK_TCK, total / CLK_TCK
-
-
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) in MB."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
 # --------------------------------------------------------------------------------------------
-# Ports, config, log
-
-
-def port_free(port: int) -> bool:
-    """Nothing listens on ``port`` (TIME_WAIT leftovers are fine: trio listeners reuse)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_block(count: int, start: int) -> int:
-    """The first port of ``count`` consecutive free ports at or above ``start``.
-
-    Stays below the ephemeral range: a probe of a port in that range can connect to itself.
-    """
-    base = start
-    while base + count <= 32768:
-        busy = next((p for p in range(base, base + count) if not port_free(p)), None)
-        if busy is None:
-            return base
-        base = busy + 1
-    raise RuntimeError(f"no {count} consecutive free ports between {start} and 32767")
-
-
-def write_config(
-    path: Path,
-    *,
-    scan: str,
-    debugger: str,
-    current_port: int,
-    control_port: int,
-    interval: float,
-    max_vms: int,
-) -> None:
-    path.write_text(
-        f"""\
-[scan]
-host = "127.0.0.1"
-ports = "{scan}"
-interval = {interval}
-backoff_max = {max(60.0, interval)}
-
-[adb]
-enabled = "off"
-
-[debugger]
-ports = "{debugger}"
-current_port = {current_port}
-state_file = "{path.with_suffix(".ports.json")}"
-
-[control]
-host = "127.0.0.1"
-port = {control_port}
-
-[monitor]
-thread_poll_interval = {POLL_INTERVAL}
-always_poll_threads = true
-heap_info = true
-
-[limits]
-max_vms = {max_vms}
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
+# Config, log
 
 
 class LogTail:
@@ -290,7 +188,7 @@ def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
     """Poll the control API until it lists ``n`` ready DDM VMs with threads; returns seconds."""
     import httpx
 
-    url = f"http://127.0.0.1:{control_port}/api/v1/vms"
+    url = f"http://{HOST}:{control_port}/api/v1/vms"
     t0 = time.monotonic()
     last = -1
     with httpx.Client(timeout=10.0) as client:
@@ -317,7 +215,7 @@ def thread_counts(control_port: int) -> list[int]:
     """How many threads ddmd lists for each DDM VM."""
     import httpx
 
-    vms = httpx.get(f"http://127.0.0.1:{control_port}/api/v1/vms", timeout=10.0).json()
+    vms = httpx.get(f"http://{HOST}:{control_port}/api/v1/vms", timeout=10.0).json()
     return [v["threads"] for v in vms if v["ddm"] is True and v["threads"] is not None]
 
 
@@ -338,22 +236,17 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
     # Free ports: the scan range (N sims, then `trials` ports left free), as many per-VM
     # debugger ports, the current-VM port and the control port.
     span = n + trials
-    base = free_block(span, args.first_port)
-    scan_last = base + span - 1
-    debugger = free_block(span, scan_last + 1)
-    current_port = free_block(1, debugger + span)
-    control_port = free_block(1, current_port + 1)
+    layout = Layout.find(span, span, args.first_port)
+    base, scan_last = layout.scan.start, layout.scan.stop - 1
+    debugger, control_port = layout.debugger.start, layout.control
     config = work / f"ddmd-{n}.toml"
     log_path = work / f"ddmd-{n}.log"
-    write_config(
-        config,
-        scan=f"{base}-{scan_last}",
-        debugger=f"{debugger}-{debugger + span - 1}",
-        current_port=current_port,
-        control_port=control_port,
-        interval=args.interval,
-        max_vms=span + 16,
-    )
+    backoff_max = max(60.0, args.interval)
+    sections = scan_config(layout, config.with_suffix(".ports.json"), args.interval, backoff_max)
+    # every VM's threads polled at 2 Hz, heap info on
+    sections["monitor"] = {"thread_poll_interval": POLL_INTERVAL, "always_poll_threads": True}
+    sections["monitor"]["heap_info"] = True
+    write_config(config, {**sections, "limits": {"max_vms": span + 16}})
     print(
         f"N={n}: sims on {base}-{base + n - 1}, free for trials {base + n}-{scan_last}, "
         f"debugger ports from {debugger}, control {control_port}, log {log_path}",
@@ -387,17 +280,8 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
         for host in hosts:
             host.wait_match(r'\{"built"', 60 + n * 0.2)
         profile = work / f"ddmd-{n}.prof"
-        argv = [
-            sys.executable,
-            *(["-m", "cProfile", "-o", str(profile)] if args.profile else []),
-            "-m",
-            "ddmd",
-            "run",
-            "--config",
-            str(config),
-            "--log-format",
-            "json",
-        ]
+        python = ["-m", "cProfile", "-o", str(profile)] if args.profile else []
+        argv = ddmd_argv("run", "--config", str(config), "--log-format", "json", python=python)
         ddmd = Child("ddmd", argv, stdout=log_file)
         children.append(ddmd)
         # ddmd scans the range before any sim listens; then every sim opens its port at once
@@ -427,26 +311,26 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             b0 = time.monotonic()
             before = sim_stats(hosts)
             b1 = time.monotonic()
-            t0, c0 = time.monotonic(), tree_ns([ddmd.pid])
-            s0 = [tree_ns([host.pid]) for host in hosts]
-            m0 = machine_busy()[0]
+            t0, c0 = time.monotonic(), proc.trees([ddmd.pid])
+            s0 = [proc.trees([host.pid]) for host in hosts]
+            m0 = proc.machine_ticks()[0] / proc.CLK_TCK
             time.sleep(args.measure)
-            t1, c1 = time.monotonic(), tree_ns([ddmd.pid])
-            s1 = [tree_ns([host.pid]) for host in hosts]
-            m1 = machine_busy()[0]
+            t1, c1 = time.monotonic(), proc.trees([ddmd.pid])
+            s1 = [proc.trees([host.pid]) for host in hosts]
+            m1 = proc.machine_ticks()[0] / proc.CLK_TCK
             a0 = time.monotonic()
             after = sim_stats(hosts)
             a1 = time.monotonic()
             window = t1 - t0
-            cpu = tree_delta(c0, c1) / window
-            sim_cpus = [tree_delta(a, b) / window for a, b in zip(s0, s1, strict=True)]
+            cpu = proc.spent(c0, c1) / 1e9 / window
+            sim_cpus = [proc.spent(a, b) / 1e9 / window for a, b in zip(s0, s1, strict=True)]
             # Everything else the machine ran meanwhile (this script, other users): on a busy
             # machine ddmd and the sims wait for a CPU, and the poll rate and latency suffer.
             other = max(0.0, (m1 - m0) / window - cpu - sum(sim_cpus))
             # The counters were read between asking and hearing back: take the middle of each.
             counted = (a0 + a1) / 2 - (b0 + b1) / 2
             poll_hz = [(after[p][0] - before[p][0]) / counted for p in sorted(before)]
-            rss, hwm = memory_mb(ddmd.pid)
+            rss, hwm = proc.memory_mib(ddmd.pid)
             print(
                 f"    round {r + 1}: ddmd {cpu:.3f} core, sims {sum(sim_cpus):.3f}, other "
                 f"{other:.3f}; RSS {rss:.1f} MB; THST {sum(poll_hz) / len(poll_hz):.3f} Hz/VM",
@@ -513,7 +397,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             time.sleep(0.5)
             sim.stop()
             children.remove(sim)
-        result.hwm_mb = max(result.hwm_mb, memory_mb(ddmd.pid)[1])
+        result.hwm_mb = max(result.hwm_mb, proc.memory_mib(ddmd.pid)[1])
         tail.poll()
         result.problems = dict(tail.problems)
         result.given_up = dict(tail.given_up)

@@ -46,7 +46,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,90 +54,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from bridge_latency import (
-    CLK_TCK,
-    HOST,
-    JAVA_DIR,
-    PAUSE,
-    Children,
-    Ddmd,
-    Jvm,
-    Ports,
-    RoundTripClient,
-    cpu_ticks,
-    java_version,
-    pct,
-    select_vm,
-    start_jvms,
-    stop_ddmd,
-    wait_vm,
-)
+from rig import HOST, jvm, proc
+from rig.children import Children
+from rig.daemon import Scanning, start_scanning
+from rig.jvm import Jvm, RoundTripClient, java_version, start_jvms
+from rig.ports import Ports
+from rig.rounds import pct, print_report, rotated
 
 QUICK = {"levels": [1, 4], "rounds": 1, "count": 1000, "warmup": 500}
 NORMAL = {"levels": [1, 2, 4], "rounds": 3, "count": 5000, "warmup": 2000}
 MAX_LEVEL = 8
+PAUSE = 0.15  # between two groups: the VM (ddmd) takes the next debugger
 
 
 # --------------------------------------------------------------------------------------------
 # ddmd
 
 
-def start_ddmd(
-    children: Children, work: Path, scan_port: int, ports: Ports, max_per_vm: int
-) -> tuple[Ddmd, int]:
-    """``ddmd run`` scanning only ``scan_port``, with room for ``max_per_vm`` debuggers; returns
-    once that VM is ready and selected, with its per-VM debugger port."""
-    config = work / "ddmd.toml"
-    control_port, current_port = ports.take(), ports.take()
-    first, last = ports.take_range(2)
-    config.write_text(
-        f"""\
-[scan]
-host = "{HOST}"
-ports = "{scan_port}"
-interval = 0.5
-
-[adb]
-enabled = "off"
-
-[debugger]
-host = "{HOST}"
-ports = "{first}-{last}"
-current_port = {current_port}
-state_file = "{work / "ddmd-ports.json"}"
-max_per_vm = {max_per_vm}
-
-[control]
-host = "{HOST}"
-port = {control_port}
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
-    log_path = work / "ddmd.log"
-    log_file = log_path.open("w", encoding="utf-8")
-    argv = [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"]
-    child = children.start("ddmd", argv, stdout=log_file)
-    ddmd = Ddmd(child, log_path, control_port, current_port, f"tcp:{scan_port}", log_file)
-    try:
-        vm = wait_vm(ddmd, ddmd.vm_id)
-        select_vm(ddmd, ddmd.vm_id)
-    except BaseException:
-        stop_ddmd(children, ddmd)
-        raise
-    return ddmd, int(str(vm["debugger_port"]))
-
-
-def attached_debuggers(api: httpx.Client, ddmd: Ddmd) -> list[dict[str, object]]:
+def attached_debuggers(api: httpx.Client, ddmd: Scanning) -> list[dict[str, object]]:
     """The control API's list of debuggers attached to ddmd's VM (live packet counters)."""
     reply = api.get(f"/api/v1/vms/{ddmd.vm_id}")
     reply.raise_for_status()
     return list(reply.json()["vm"]["debuggers"])
 
 
-def wait_no_debugger(api: httpx.Client, ddmd: Ddmd, timeout: float = 20.0) -> None:
+def wait_no_debugger(api: httpx.Client, ddmd: Scanning, timeout: float = 20.0) -> None:
     """Wait until every debugger of the last group has left and the VM is ready again."""
     deadline = time.monotonic() + timeout
     while True:
@@ -181,32 +121,29 @@ def run_group(
     watch: Sequence[tuple[str, int]],
     warmup: int,
     count: int,
-    counters: tuple[httpx.Client, Ddmd] | None = None,
+    counters: tuple[httpx.Client, Scanning] | None = None,
 ) -> GroupResult:
     """One session per client, their timed loops started together; the CPU of ``watch``
     ((label, pid), ...) and, with ``counters``, ddmd's per-debugger packets around them."""
     for client, slot in zip(clients, slots, strict=True):
         client.child.send(f"{HOST} {slot.port} {warmup} {count} sync")
     for client, slot in zip(clients, slots, strict=True):
-        client._mark(slot.port)
+        client.mark(slot.port)
     before_packets = None if counters is None else attached_debuggers(*counters)
-    before = [cpu_ticks(pid) for _, pid in watch]
+    before = [proc.cpu_ticks(pid) for _, pid in watch]
     started = time.monotonic()
     for client in clients:
         client.child.send("go")
     for client, slot in zip(clients, slots, strict=True):
-        client._mark(slot.port)
+        client.mark(slot.port)
     window = time.monotonic() - started
-    after = [cpu_ticks(pid) for _, pid in watch]
+    after = [proc.cpu_ticks(pid) for _, pid in watch]
     after_packets = None if counters is None else attached_debuggers(*counters)
     for client in clients:
         client.child.send("go")
     samples = []
     for client, slot in zip(clients, slots, strict=True):
-        line = client.child.wait_match(r"^(RT|ERR) ", 60)[1].string
-        if line.startswith("ERR"):
-            raise RuntimeError(f"RoundTrip on port {slot.port}: {line}")
-        samples.append([int(x) / 1000 for x in line.split()[2:]])
+        samples.append([int(x) / 1000 for x in client.result(slot.port)[2:]])
     ticks: dict[str, int] = {}
     for (label, _), (u0, s0), (u1, s1) in zip(watch, before, after, strict=True):
         ticks[label] = ticks.get(label, 0) + (u1 - u0) + (s1 - s0)
@@ -266,24 +203,20 @@ class Route:
         return [statistics.median(s) for s in self.samples]
 
     def cpu_us(self, label: str) -> float:
-        return self.ticks.get(label, 0) / CLK_TCK * 1e6 / max(1, self.round_trips)
-
-
-def compile_java(out: Path) -> None:
-    sources = [str(JAVA_DIR / "Target.java"), str(JAVA_DIR / "RoundTrip.java")]
-    subprocess.run(["javac", "-d", str(out), *sources], check=True)
+        return self.ticks.get(label, 0) / proc.CLK_TCK * 1e6 / max(1, self.round_trips)
 
 
 def measure(args: argparse.Namespace, work: Path, children: Children) -> list[str]:
     ports = Ports()
     classes = work / "classes"
-    compile_java(classes)
+    jvm.compile_java(classes, ["Target.java", "RoundTrip.java"])
     top = max(args.levels)
     # JVM#1..#top: one each for the direct sessions; the last one is ddmd's.
     jvms = start_jvms(children, top + 1, ports, classes)
     free, shared = jvms[:top], jvms[top]
     clients = [RoundTripClient(children, classes) for _ in range(top)]
-    ddmd, vm_port = start_ddmd(children, work, shared.port, ports, top)
+    ddmd = start_scanning(children, work, "ddmd", shared.port, ports, debugger={"max_per_vm": top})
+    vm_port = ddmd.vm_port
     api = httpx.Client(base_url=f"http://{HOST}:{ddmd.control_port}", timeout=5.0)
     lines = [
         f"JVMs: {', '.join(f'{j.name} :{j.port}' for j in jvms)} (same program and flags); "
@@ -308,8 +241,7 @@ def measure(args: argparse.Namespace, work: Path, children: Children) -> list[st
 
     try:
         for round_no in range(args.rounds):
-            order = paths[round_no % len(paths) :] + paths[: round_no % len(paths)]
-            for path in order:
+            for path in rotated(paths, round_no):
                 counters = (api, ddmd) if path.kind == "ddmd" else None
                 result = run_group(
                     clients[: path.level],
@@ -328,7 +260,7 @@ def measure(args: argparse.Namespace, work: Path, children: Children) -> list[st
             client.child.send("quit")
     finally:
         api.close()
-        stop_ddmd(children, ddmd)
+        ddmd.daemon.stop(children)
     return lines + report(paths, args)
 
 
@@ -354,7 +286,7 @@ def report(paths: list[Route], args: argparse.Namespace) -> list[str]:
     out += [
         "",
         "CPU per round trip, µs (utime+stime over the timed window / round trips; ticks of "
-        f"1/{CLK_TCK} s in brackets)",
+        f"1/{proc.CLK_TCK} s in brackets)",
         f"{'path':<11} {'ddmd':>14} {'target JVM':>14} {'JDI clients':>14} {'round trips':>12} "
         f"{'window s':>9} {'overlap':>8} {'ddmd load':>10}",
     ]
@@ -366,7 +298,7 @@ def report(paths: list[Route], args: argparse.Namespace) -> list[str]:
             else:
                 cells.append(f"{'-':>14}")
         load = (
-            f"{path.ticks['ddmd'] / CLK_TCK / sum(path.windows):>10.2f}"
+            f"{path.ticks['ddmd'] / proc.CLK_TCK / sum(path.windows):>10.2f}"
             if "ddmd" in path.ticks
             else f"{'-':>10}"
         )
@@ -472,9 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines = measure(args, Path(tmp), children)
         finally:
             children.stop_all()
-    for line in lines:
-        print(line, flush=True)
-    print(f"total {time.monotonic() - started:.0f} s", flush=True)
+    print_report(lines, started)
     return 0
 
 

@@ -30,16 +30,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
-from children import ROOT, Child
-from monitor_scale import free_block, write_config
+from rig import HOST, ROOT
+from rig.children import Child
+from rig.daemon import ddmd_argv, scan_config, write_config
+from rig.ports import Layout
 
 GC_TARGET = 1.0  # seconds, whole `ddmd gc` command
 
 
-def cli(control: int, *args: str) -> tuple[float, int, dict | None, str]:
-    argv = [sys.executable, "-m", "ddmd", *args, "--control", f"127.0.0.1:{control}"]
+def cli(control: int, *args: str) -> tuple[float, int, dict[str, Any] | None, str]:
+    argv = [sys.executable, "-m", "ddmd", *args, "--control", f"{HOST}:{control}"]
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     took = time.perf_counter() - t0
@@ -78,21 +81,15 @@ def main() -> int:
     args = parser.parse_args()
 
     flavors = [("art", []), ("legacy", []), ("fail", ["--fail", "HPGC,HPSG"]), ("modern", [])]
-    base = free_block(len(flavors), 20000)
-    debugger = free_block(len(flavors), base + len(flavors))
-    current_port = free_block(1, debugger + len(flavors))
-    control = free_block(1, current_port + 1)
+    layout = Layout.find(len(flavors), len(flavors), 20000)
+    base, control = layout.scan.start, layout.control
     work = Path(tempfile.mkdtemp(prefix="ddmd-quiet-"))
     config = work / "ddmd.toml"
-    write_config(
-        config,
-        scan=f"{base}-{base + len(flavors) - 1}",
-        debugger=f"{debugger}-{debugger + len(flavors) - 1}",
-        current_port=current_port,
-        control_port=control,
-        interval=0.5,
-        max_vms=16,
-    )
+    sections = scan_config(layout, config.with_suffix(".ports.json"), 0.5)
+    # as monitor_scale.py's: every VM's threads polled at 2 Hz, heap info on
+    sections["monitor"] = {"thread_poll_interval": 0.5, "always_poll_threads": True}
+    sections["monitor"]["heap_info"] = True
+    write_config(config, {**sections, "limits": {"max_vms": 16}})
     children: list[Child] = []
     ids = {name: f"tcp:{base + i}" for i, (name, _) in enumerate(flavors)}
     ok = True
@@ -104,11 +101,9 @@ def main() -> int:
             argv += ["--gc-interval", "0", "--churn-interval", "0"]
             children.append(Child(f"sim {name}", [*argv, *extra]))
         log = (work / "ddmd.log").open("w")
-        ddmd = Child(
-            "ddmd", [sys.executable, "-m", "ddmd", "run", "--config", str(config)], stdout=log
-        )
+        ddmd = Child("ddmd", ddmd_argv("run", "--config", str(config)), stdout=log)
         children.append(ddmd)
-        with httpx.Client(base_url=f"http://127.0.0.1:{control}", timeout=30) as client:
+        with httpx.Client(base_url=f"http://{HOST}:{control}", timeout=30) as client:
             wait_vms(client, list(ids.values()), ddmd)
             print(
                 f"{'VM':8} {'operation':16} {'n':>3} {'API ms med/max':>16} "

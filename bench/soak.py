@@ -68,10 +68,14 @@ from pathlib import Path
 import httpx
 import structlog
 import trio
+from rig import HOST, ROOT
+from rig.daemon import ddmd_argv, scan_config, write_config
+from rig.jdwp import HANDSHAKE, HEADER, REPLY
+from rig.ports import Layout
+from rig.proc import status_kb
 
 from ddmd.sim import SimConfig, SimVm
 
-ROOT = Path(__file__).resolve().parent.parent
 RSS_SLOPE_LIMIT_MB_H = 5.0
 #: Seconds of churn after the warm-up below which the RSS slope is shown but not judged.
 RSS_MIN_WINDOW = 30 * 60.0
@@ -79,81 +83,17 @@ SAMPLE_EVERY = 10.0
 EDGE_READINGS = 20  # readings for the baseline and the end (see the docstring)
 APPS = tuple(f"com.example.soak{i}" for i in range(6))
 MAX_VMS = 10
-HANDSHAKE = b"JDWP-Handshake"
-_HEADER = struct.Struct(">IIBBB")
-_REPLY = struct.Struct(">IIBH")
 
 
 # --------------------------------------------------------------------------------------------
 # Ports and the daemon
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_block(count: int, start: int) -> int:
-    """The first of ``count`` consecutive free ports at or above ``start``, below the
-    ephemeral range (a probe of a port there could connect to itself)."""
-    base = start
-    while base + count <= 32768:
-        busy = next((p for p in range(base, base + count) if not port_free(p)), None)
-        if busy is None:
-            return base
-        base = busy + 1
-    raise RuntimeError(f"no {count} consecutive free ports between {start} and 32767")
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    scan: list[int]
-    debugger_first: int
-    debugger_last: int
-    current: int
-    control: int
-
-
-def choose_ports() -> Layout:
-    start = random.randrange(20000, 28000)
-    scan = free_block(16, start)
-    debugger = free_block(48, scan + 16)
-    own = free_block(2, debugger + 48)
-    return Layout(list(range(scan, scan + 16)), debugger, debugger + 47, own, own + 1)
-
-
-def write_config(path: Path, layout: Layout) -> None:
-    path.write_text(
-        f"""\
-[scan]
-ports = "{layout.scan[0]}-{layout.scan[-1]}"
-interval = 1.0
-backoff_max = 10.0
-
-[adb]
-enabled = "off"
-
-[debugger]
-ports = "{layout.debugger_first}-{layout.debugger_last}"
-current_port = {layout.current}
-state_file = "{path.parent / "ports.json"}"
-
-[control]
-port = {layout.control}
-
-[monitor]
-thread_poll_interval = 0.5
-
-[log]
-format = "json"
-level = "info"
-"""
-    )
+def config(path: Path, layout: Layout) -> Path:
+    """ddmd's config: the scan range every second, threads polled at 2 Hz when asked."""
+    sections = scan_config(layout, path.parent / "ports.json", 1.0, backoff_max=10.0)
+    sections["monitor"] = {"thread_poll_interval": 0.5}
+    return write_config(path, sections)
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,10 +112,7 @@ class Sample:
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field}")
+    return status_kb(pid, field) / 1024
 
 
 def fd_count(pid: int) -> int:
@@ -286,7 +223,7 @@ async def vm_churn(layout: Layout, counts: Counts) -> None:
 
 
 def command(packet_id: int, command_set: int, number: int) -> bytes:
-    return _HEADER.pack(11, packet_id, 0, command_set, number)
+    return HEADER.pack(11, packet_id, 0, command_set, number)
 
 
 async def read_exactly(stream: trio.SocketStream, n: int) -> bytes:
@@ -301,7 +238,7 @@ async def read_exactly(stream: trio.SocketStream, n: int) -> bytes:
 
 async def read_reply(stream: trio.SocketStream) -> None:
     header = await read_exactly(stream, 11)
-    length = _REPLY.unpack(header)[0]
+    length = REPLY.unpack(header)[0]
     await read_exactly(stream, length - 11)
 
 
@@ -311,7 +248,7 @@ async def debugger(port: int, kind: str, counts: Counts) -> None:
         if kind == "slow":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         try:
-            await sock.connect(("127.0.0.1", port))
+            await sock.connect((HOST, port))
         except OSError:
             sock.close()
             return
@@ -417,7 +354,7 @@ async def churn(
         httpx.AsyncClient(base_url=base, trust_env=False, timeout=30) as keep,
         httpx.AsyncClient(base_url=base, trust_env=False, timeout=30) as fresh,
         httpx.AsyncClient(
-            base_url="http://127.0.0.1",
+            base_url=f"http://{HOST}",
             transport=httpx.AsyncHTTPTransport(uds=str(sock)),
             trust_env=False,
             timeout=30,
@@ -469,13 +406,12 @@ async def soak(minutes: float, without: frozenset[str]) -> int:
     tail = max(30.0, min(120.0, total * 0.1))
     warmup = max(60.0, min(600.0, total * 0.2))
     work = Path(tempfile.mkdtemp(prefix="ddmd-soak-"))
-    layout = choose_ports()
-    config = work / "config.toml"
-    write_config(config, layout)
+    layout = Layout.find(16, 48, random.randrange(20000, 28000))
+    config_path = config(work / "config.toml", layout)
     run_dir = work / "run"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
     log = work / "ddmd.log"
-    base = f"http://127.0.0.1:{layout.control}"
+    base = f"http://{HOST}:{layout.control}"
     sock = run_dir / "ddmd" / f"control-{layout.control}.sock"
     print(
         f"soak: {minutes:g} min (churn {(total - tail) / 60:.1f} min, quiet tail {tail:.0f} s, "
@@ -487,7 +423,7 @@ async def soak(minutes: float, without: frozenset[str]) -> int:
     samples: list[Sample] = []
     with log.open("w") as log_file:
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "ddmd", "run", "--config", str(config), "--log-format", "json"],
+            ddmd_argv("run", "--config", str(config_path), "--log-format", "json"),
             cwd=str(ROOT),
             env=env,
             stdout=log_file,

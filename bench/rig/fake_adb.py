@@ -1,6 +1,7 @@
 """A stand-in adb server for the benchmarks: the adb host protocol over TCP, one fake device.
 
-Run: ``.venv/bin/python bench/fake_adb.py --serial SERIAL --pid PID=PORT [--pid ...] [--port N]``
+Run: ``.venv/bin/python bench/rig/fake_adb.py --serial SERIAL --pid PID=PORT [--pid ...]
+[--port N]``
 
 There is no Android device on a workstation, so this process plays the adb server (and, behind
 it, the device): ``jdwp:PID`` on the device leads to the local TCP port given for that pid, a

@@ -1,7 +1,8 @@
-"""Child processes for the benchmark commands (shared by bridge_latency.py and monitor_scale.py).
+"""Child processes of the benches.
 
 A ``Child`` runs a command with threads draining its output: stdout lines go into a queue with
 the wall-clock time they were read, the last 50 stderr lines are kept for error messages.
+``Children`` stops every child it started, in reverse order, however the run ends.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import ROOT
 
 
 class Child:
@@ -94,3 +94,31 @@ class Child:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+class Children:
+    """Every process started, stopped in reverse order however the run ends."""
+
+    def __init__(self) -> None:
+        self.items: list[Child] = []
+
+    def start(self, name: str, argv: Sequence[str], *, stdout: IO[str] | None = None) -> Child:
+        child = Child(name, argv, stdout=stdout)
+        self.items.append(child)
+        return child
+
+    def stop(self, child: Child) -> None:
+        child.stop()
+        if child in self.items:
+            self.items.remove(child)
+
+    def stop_all(self) -> None:
+        """SIGTERM to all at once, then each stopped (waited for) in reverse order."""
+        for child in self.items:
+            with contextlib.suppress(OSError):
+                if child.proc.poll() is None:
+                    child.proc.terminate()
+        while self.items:
+            child = self.items.pop()
+            with contextlib.suppress(Exception):
+                child.stop()

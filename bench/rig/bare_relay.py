@@ -1,7 +1,7 @@
 """A bare byte relay in one thread with a plain epoll loop: the floor of what a Python relay
 costs, for bridge_latency.py's reference paths (no logic, no framing, no event-loop library).
 
-Run: ``python bench/bare_relay.py LISTEN_PORT TARGET_PORT``: prints "ready" once listening on
+Run: ``python bench/rig/bare_relay.py LISTEN_PORT TARGET_PORT``: prints "ready" once listening on
 127.0.0.1; each client gets its own connection to TARGET_PORT, and bytes go both ways as they
 come. Standard library only.
 """
