@@ -373,9 +373,14 @@ def parse_host_service(full: str) -> tuple[str, str] | None:
 
 
 def _uint(text: str, maximum: int) -> int | None:
+    """The decimal ``text`` when it is at most ``maximum``, else None. Its length is checked
+    before ``int()``, which refuses more than 4,300 digits (a ValueError, not an answer)."""
     if not text or not all(ch in _DIGITS for ch in text):
         return None
-    value = int(text)
+    significant = text.lstrip("0") or "0"
+    if len(significant) > len(str(maximum)):
+        return None
+    value = int(significant)
     return value if value <= maximum else None
 
 

@@ -32,6 +32,7 @@ from ddmd.protocol.adbrequests import (
     fail,
     forward_line,
     frame,
+    jdwp_pid,
     merge_forward_list,
     okay,
     okay_okay_port,
@@ -39,6 +40,7 @@ from ddmd.protocol.adbrequests import (
     parse_service,
     parse_transport_id,
     request,
+    tcp_port,
     transport_id_bytes,
 )
 from ddmd.protocol.adbwire import AdbMalformed
@@ -452,3 +454,29 @@ def test_parse_host_service_splits_are_exact(full):
         serial, command = split
         assert f"{serial}:{command}" == full
         assert command  # the serial may be empty, as in adb (":0" is serial "", command "0")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "host:transport-id:{}",
+        "host-transport-id:{}:version",
+        "host:tport:transport-id:{}",
+        "host:forward:tcp:{};jdwp:42",
+        "host:forward:tcp:1;jdwp:{}",
+        "host:killforward:tcp:{}",
+        "jdwp:{}",
+    ],
+)
+def test_parse_service_reads_numbers_longer_than_int_accepts_as_any_number_too_large(template):
+    # int() refuses more than 4,300 digits with a ValueError; adb's server answers such a
+    # request (FAIL), and so must the front: a huge number reads as any number out of range.
+    huge = parse_service(template.format("9" * 5000))
+    assert type(huge) is type(parse_service(template.format("9" * 30)))
+
+
+def test_numbers_with_many_leading_zeros_keep_their_value():
+    # adb reads numbers with strtol: leading zeros do not make a number large.
+    assert tcp_port("tcp:" + "0" * 5000 + "7") == 7
+    assert tcp_port("tcp:" + "9" * 5000) is None
+    assert jdwp_pid("jdwp:" + "0" * 5000 + "7") is None  # a pid has at most 10 digits
