@@ -142,7 +142,6 @@ class _Parts:
 
     registry: VmRegistry
     forgetting: _Forgetting
-    policy: peers.PeerPolicy
     guard: peers.PeerGuard
     ports: VmPorts
     extensions: LoadedHandlers
@@ -185,7 +184,6 @@ class _Parts:
         return cls(
             registry,
             forgetting,
-            policy,
             guard,
             ports,
             extensions,

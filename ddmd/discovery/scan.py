@@ -386,13 +386,6 @@ class PortScanner:
     def _delay(self, failures: int) -> float:
         return backoff(failures, self._config.scan.interval, self._config.scan.backoff_max)
 
-    def backoff_of(self, port: int) -> float | None:
-        """Seconds until ``port`` is probed again, None when it is not backed off (tests)."""
-        state = self._backoff.get(port)
-        if state is None:
-            return None
-        return max(0.0, state.next_try - trio.current_time())
-
 
 def _listening_now(host: str, ports: PortRange, proc_root: str) -> dict[int, int] | None:
     """Blocking: port -> uid of the range's listeners. Netlink (`sockdiag`) where it works: it
