@@ -607,7 +607,7 @@ def lookup_ms(count: int) -> Lookup:
 
     import trio
 
-    from ddmd.discovery import localproc
+    from ddmd.host import localproc
 
     try:  # where it lives moves with refactors: ddmd/toolnames.py, before ddmd/front/tools.py
         tools = importlib.import_module("ddmd.toolnames")

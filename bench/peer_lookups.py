@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from ddmd.discovery.localproc import peer_owner
+from ddmd.host.localproc import peer_owner
 
 HEADER = (
     "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"

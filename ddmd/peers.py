@@ -1,6 +1,6 @@
 """Who may connect to ddmd, and whose VMs it adopts: the peer-uid rule.
 
-Layer: imports config, logs and `discovery.localproc` (the kernel's socket tables; standard
+Layer: imports config, logs and `host.localproc` (the kernel's socket tables; standard
 library only), plus trio for the listener wrapper. Used by `drive.ports` (per-VM ports and the
 current-VM port), `control.server` (the control API), `discovery.scan` (whose JVMs are adopted)
 and `daemon` (wiring).
@@ -57,8 +57,8 @@ import structlog
 import trio
 
 from ddmd.config import SecurityConfig
-from ddmd.discovery import localproc
-from ddmd.discovery.localproc import PeerOwner
+from ddmd.host import localproc
+from ddmd.host.localproc import PeerOwner
 from ddmd.logs import Event
 
 __all__ = [

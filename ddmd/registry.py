@@ -122,7 +122,7 @@ class VmHandle(Protocol):
         ...
 
     # Method tracing, the allocation tracker, HPROF dumps, kill (drive/ddms.py; the API's
-    # control/ddms.py). Errors as above, plus WrongState (already tracing, a dump under way).
+    # control/profiling.py). Errors as above, plus WrongState (already tracing, a dump under way).
 
     def profiling(self) -> dict[str, Any]:
         """{features: {trace, allocs, hprof, kill: {available, reason, ...}}, trace}."""

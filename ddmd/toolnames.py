@@ -2,7 +2,7 @@
 own debugger ports): "Android Studio", "jadx", "jdb", "VS Code", "java (ddmlib)", "adb", ...
 for logs and for the VM's list of clients.
 
-Layer: the standard library, trio and `discovery.localproc` (the kernel's socket tables and
+Layer: the standard library, trio and `host.localproc` (the kernel's socket tables and
 ``/proc/PID/cmdline``). The name comes from the peer process's command line (`tool_name`, pure);
 the process is the one holding the far end of the connection (`peer_process`, a worker thread
 under a deadline, like the peer-uid check).
@@ -19,7 +19,7 @@ from typing import Final
 
 import trio
 
-from ddmd.discovery import localproc
+from ddmd.host import localproc
 
 __all__ = ["LOOKUP_TIMEOUT", "PeerProcess", "peer_process", "tool_name"]
 

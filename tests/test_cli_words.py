@@ -11,9 +11,9 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from ddmd.cli.ddms import format_allocations, thread_names
 from ddmd.cli.format import format_event, format_heap, format_threads, print_json
 from ddmd.cli.main import main
+from ddmd.cli.profiling import format_allocations, thread_names
 from ddmd.cli.words import (
     HEAP_KIND_WORDS,
     cpu_time,

@@ -31,12 +31,12 @@ from structlog.testing import capture_logs
 from ddmd.config import SecurityConfig
 from ddmd.discovery import VmFound
 from ddmd.discovery import scan as scan_module
-from ddmd.discovery.localproc import PeerOwner, socket_tables_readable
 from ddmd.discovery.scan import PortScanner
+from ddmd.host.localproc import PeerOwner, socket_tables_readable
 from ddmd.peers import GuardedListener, PeerGuard, PeerPolicy, Verdict, warn_if_unchecked
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import PeerConnection, RawPeer, free_port_range, make_config
-from tests.discovery.test_localproc import HEADER
+from tests.host.test_localproc import HEADER
 
 CAP = 20  # seconds for each test
 FOREIGN = 4242  # a uid that is neither this user nor root

@@ -7,7 +7,7 @@ Routes (``/api/v1/vms/{target}/...``): ``GET .../allocs[?top=N]``, ``POST .../al
 
 Layer: imports `cli.client`, `cli.capture` (a DDM client that is not a VM is refused),
 `cli.format` and `protocol.hprofwire` (class names in source form); trio lazily (through
-`run_with_api`). `cli.ddms` re-exports the names here.
+`run_with_api`). `cli.profiling` re-exports the names here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The steps the DDMS commands (`cli.ddms`, `cli.allocs`) share: the VM they work on must be a
+"""The steps the DDMS commands (`cli.profiling`, `cli.allocs`) share: the VM they work on must be a
 VM, not another DDM client (`only_a_vm`), and must offer the feature (`refuse_unless_offered`);
 and the file a trace stop or a heap dump answers with is brought here (`fetch_capture`): written
 to ``FILE.part`` as it arrives, then renamed, so a broken download never leaves a file that

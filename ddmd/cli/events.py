@@ -1,7 +1,7 @@
 """`ddmd events`: follow the daemon's event stream (server-sent events, ``GET /api/v1/events``).
 
 Layer: imports `cli.client` (address, httpx client, failures), `cli.format` and
-`control.sse` (the wire format, standard library only); httpx lazily.
+`protocol.sse` (the wire format, standard library only); httpx lazily.
 
 Filters, applied in the client (the stream carries every event):
 
@@ -58,7 +58,7 @@ async def _tail_events(
     stop after that many events shown (``show`` returns False for one it filtered out)."""
     import httpx
 
-    from ddmd.control.sse import SseDecoder
+    from ddmd.protocol.sse import SseDecoder
 
     base = api.address.shown
     timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=EVENTS_READ_TIMEOUT)

@@ -2,7 +2,7 @@
 
 Layer: imports `protocol.hprof` (the streaming reader), `cli.client` (the one-line failure)
 and `cli.format`. No daemon is involved: the file is read here, in pieces, never whole.
-`histogram_text` is the histogram `ddmd hprof` (`cli.ddms`) shows of the dump it brought back.
+`histogram_text` is the histogram `ddmd hprof` (`cli.profiling`) shows of the dump it brought back.
 """
 
 from __future__ import annotations

@@ -2,21 +2,19 @@
 (a plain JVM's thread dump and heap figures), and every thread's stack (`ddmd stack TARGET`
 without THREAD: jstack's output for a plain JVM, one STKL per thread for a DDM VM).
 
-Layer: `cli.format` for the shared pieces (sizes, frames, VM labels), httpx and trio lazily
-through `cli.client`'s `Api` (imported in the functions that need it: `cli.client` imports
-this module). No protocol code: everything comes from the daemon's JSON
-(``GET .../stacks``, ``.../threads/T/stack``, ``.../heap``, ``POST .../gc``; `control.jvm`).
+Layer: `cli.format` for the shared pieces (sizes, frames, VM labels) and `cli.api` (`Api`,
+`Failure`; httpx only lazily, inside `Api`); `cli.client` imports this module. No protocol
+code: everything comes from the daemon's JSON (``GET .../stacks``, ``.../threads/T/stack``,
+``.../heap``, ``POST .../gc``; `control.jvm`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ddmd.cli.api import Api, Failure
 from ddmd.cli.format import format_frame, format_gc, format_heap, format_stack, size, vm_label
-
-if TYPE_CHECKING:
-    from ddmd.cli.client import Api
 
 __all__ = [
     "all_stacks",
@@ -88,8 +86,6 @@ async def stacks_of(
     """`ddmd stack` with at most one word: every thread's stack of the VM the word names, or
     of the current VM (``current``) without a word; None when the word names no VM (it is
     then a THREAD of the current VM)."""
-    from ddmd.cli.client import Failure
-
     if not words:
         return await all_stacks(api, (await current(api))["id"])
     try:

@@ -1,7 +1,7 @@
 """`ddmd logcat`: an app's log, pidcat-style, followed across the app's restarts.
 
 Layer: imports `cli.client` (the daemon's address, the httpx client, failures and exit codes)
-and `control.sse` (the wire format, standard library only); httpx and trio lazily. No protocol
+and `protocol.sse` (the wire format, standard library only); httpx and trio lazily. No protocol
 code: lines come filtered and attributed from the daemon. Routes used::
 
     GET /api/v1/vms/TARGET                 which VM TARGET is: its device and app name
@@ -343,7 +343,7 @@ class _Follower:
         break of an open one raise _Dropped."""
         import httpx
 
-        from ddmd.control.sse import SseDecoder
+        from ddmd.protocol.sse import SseDecoder
 
         self._opened = False
         base = self.api.address.shown

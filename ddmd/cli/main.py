@@ -16,8 +16,8 @@ Errors become one line on stderr and an exit code, from the one table of every c
        nothing was started
 
 Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
-stack, select, attach, ports, devices, events, and `cli.ddms`'s trace, allocs, hprof, kill) and the
-sim/demo tools are added the same way.
+stack, select, attach, ports, devices, events, and `cli.profiling`'s trace, allocs, hprof, kill)
+and the sim/demo tools are added the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from ddmd import __version__, instance
-from ddmd.cli import client, ddms, debuggers, events, ext, logcat, ports
+from ddmd.cli import client, debuggers, events, ext, logcat, ports, profiling
 from ddmd.cli.client import config_option
 from ddmd.cli.hprof import hprof_summary
 from ddmd.cli.trace import trace_report
@@ -323,7 +323,7 @@ COMMANDS: list[click.Command] = [
     ports.ports,
     events.events,
     ext.extensions,
-    *ddms.DDMS_COMMANDS,
+    *profiling.DDMS_COMMANDS,
 ]
 #: Commands that read a file and need no daemon.
 FILE_COMMANDS: list[click.Command] = [hprof_summary, trace_report]

@@ -4,17 +4,17 @@ time, by inclusive and by exclusive time, with call counts, for all threads (and
 (``MainActivity.onCreate(Bundle)``); ``-v`` shows the VM's descriptors instead
 (``onCreate(Landroid/os/Bundle;)V``).
 
-Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser) and ``cli.format``/``cli.client``
-(tables, JSON, the one-line failure). It reads the file itself, in blocks, and needs no
-daemon. Exit codes (`cli.exits`' table): 0 success; 1 the file cannot be read, or is not a
+Layer: imports ``ddmd.protocol.trace`` (ddmd's own parser; ``protocol.trace.loader`` reads the
+file in blocks) and ``cli.format``/``cli.client`` (tables, JSON, the one-line failure); it needs
+no daemon. Exit codes (`cli.exits`' table): 0 success; 1 the file cannot be read, or is not a
 method trace ddmd can read (one line on stderr saying why), as `hprof-summary` says of a heap
-dump; 2 usage. `trace_text` is the report `ddmd trace` (`cli.ddms`) shows of the trace it
+dump; 2 usage. `trace_text` is the report `ddmd trace` (`cli.profiling`) shows of the trace it
 brought back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,13 @@ import click
 from ddmd.cli.client import fail
 from ddmd.cli.format import print_json
 from ddmd.cli.words import method_words
-from ddmd.protocol.trace import TraceFormatError, TraceProfile, read_trace
+from ddmd.protocol.trace import TraceFormatError
+from ddmd.protocol.trace.loader import load_profile
 from ddmd.protocol.trace.report import report_json
 
 __all__ = [
     "EXIT_BAD_FILE",
     "format_report",
-    "load_profile",
     "per_thread_option",
     "report_json",
     "trace_report",
@@ -38,19 +38,7 @@ __all__ = [
 ]
 
 EXIT_BAD_FILE = 1  # work that failed, as every unreadable file (cli.client)
-_BLOCK = 1 << 20
 _CLOCK_WORDS = {"wall": "wall-clock", "thread-cpu": "thread-CPU"}
-
-
-def _blocks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as handle:
-        while block := handle.read(_BLOCK):
-            yield block
-
-
-def load_profile(path: Path) -> TraceProfile:
-    """Read and profile a trace file; raises OSError or TraceFormatError."""
-    return read_trace(_blocks(path))
 
 
 # --------------------------------------------------------------------------- text

@@ -7,7 +7,7 @@ reads is said here, once, so every command says it the same way. ``--json`` outp
 reason becomes its name; every other value is left as it came.
 
 Layer: standard library only; pure functions over plain values. Used by `cli.format`,
-`cli.trace`, `cli.ddms` and `sysmon.cli`.
+`cli.trace`, `cli.profiling` and `sysmon.cli`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,77 @@
-"""Checks across keys and sections of the config: ddmd's ports must not clash with each other,
-with the scan range or with the adb server's port.
+"""Checks across keys and sections of the config: [scan] backs off no faster than it scans,
+[control] listens somewhere, and ddmd's ports must not clash with each other, with the scan
+range or with the adb server's port.
 
 Layer: standard library, ``ddmd.config.schema`` and ``ddmd.config.section`` (used by
-``parse.py`` once every section was read).
+``parse.py``: `AFTER_SECTION` once that section was read, `check_ports` and `check_front_port`
+once every section was).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
 
 from ddmd.config.schema import (
-    Config,
+    AdbConfig,
+    ControlConfig,
+    DebuggerConfig,
+    FrontConfig,
+    ScanConfig,
     is_loopback_host,
 )
-from ddmd.config.section import _Section
+from ddmd.config.section import SectionReader
 from ddmd.errors import format_key
 
+__all__ = ["AFTER_SECTION", "Listeners", "check_front_port", "check_ports"]
 
-def _check_ports(config: Config, sec: Mapping[str, _Section]) -> None:
+
+def _check_scan(scan: ScanConfig, s: SectionReader) -> None:
+    if not s.failed("interval", "backoff_max") and scan.backoff_max < scan.interval:
+        s.report(
+            s.error(
+                "backoff_max",
+                f"must not be below [scan] interval ({scan.interval:g} s)",
+                s.raw("backoff_max"),
+            )
+        )
+
+
+def _check_control(control: ControlConfig, c: SectionReader) -> None:
+    if not control.tcp and control.socket is None and not c.failed("socket", "tcp"):
+        c.report(
+            c.error(
+                "tcp",
+                'false turns the TCP listener off, and [control] socket = "" turns the unix '
+                "socket off: the control API would not listen at all",
+                False,
+            )
+        )
+
+
+#: The checks across the keys of one section, run as soon as that section was read.
+AFTER_SECTION: Final[Mapping[str, Callable[[Any, SectionReader], None]]] = {
+    "scan": _check_scan,
+    "control": _check_control,
+}
+
+
+class Listeners(Protocol):
+    """The sections the port checks read (a `Config`)."""
+
+    @property
+    def scan(self) -> ScanConfig: ...
+    @property
+    def adb(self) -> AdbConfig: ...
+    @property
+    def front(self) -> FrontConfig: ...
+    @property
+    def debugger(self) -> DebuggerConfig: ...
+    @property
+    def control(self) -> ControlConfig: ...
+
+
+def check_ports(config: Listeners, sec: Mapping[str, SectionReader]) -> None:
     """Listening ports must not collide with each other, nor with the ports ddmd itself scans.
 
     Problems are reported to the sections; a rule that involves a key with a problem of its
@@ -72,7 +126,7 @@ def _check_ports(config: Config, sec: Mapping[str, _Section]) -> None:
             )
 
 
-def _check_front_port(config: Config, sec: Mapping[str, _Section]) -> None:
+def check_front_port(config: Listeners, sec: Mapping[str, SectionReader]) -> None:
     """[front] port must not be one of ddmd's other ports, nor the adb server's own port as
     the file sets it (the front would relay to itself). A port that only comes from
     ANDROID_ADB_SERVER_PORT is left to the front, which refuses to start on it with a

@@ -1,9 +1,10 @@
 """ddmd's configuration schema: the sections as frozen dataclasses, their defaults (as TOML
-would write them), port ranges and host rules.
+would write them), port ranges and host rules, and `SECTIONS`, the table of how each key of
+each section is read.
 
-Layer: standard library only (and `config.parse`, imported inside `Config.default`, which builds
-the defaults the way a file is read); `config.parse` reads a TOML file into these classes.
-Everything here is importable as `ddmd.config.NAME`.
+Layer: standard library only; `config.section` reads one section by this table, and
+`config.parse` a whole TOML document into a `Config` (the sections together). The public names
+are importable as `ddmd.config.NAME`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ipaddress
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal, cast
@@ -24,14 +26,15 @@ __all__ = [
     "FRONT_ON_KILL",
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "SECTIONS",
     "AdbConfig",
     "AdbMode",
-    "Config",
     "ControlConfig",
     "DebuggerConfig",
     "ExtensionsConfig",
     "FrontConfig",
     "FrontOnKill",
+    "Given",
     "LimitsConfig",
     "LogConfig",
     "LogFormat",
@@ -39,10 +42,13 @@ __all__ = [
     "LogcatConfig",
     "MonitorConfig",
     "PortRange",
+    "Rule",
     "ScanConfig",
+    "SectionSchema",
     "SecurityConfig",
     "TimeoutsConfig",
     "UnknownPeer",
+    "ValueOf",
     "host_problem",
     "is_int",
     "is_loopback_host",
@@ -390,27 +396,151 @@ class ExtensionsConfig:
     disabled: tuple[str, ...] = ()
 
 
+# --------------------------------------------------------------------------------------------------
+# The table: how each key of each section is read
+
+
+class Given(Enum):
+    """What a reader takes from outside its own key."""
+
+    ENV = "env"  # the environment (ANDROID_ADB_SERVER_PORT, XDG_*, HOME, $NAME in paths)
+    BASE_DIR = "base_dir"  # the config file's directory (relative paths), None for no file
+    # [security] allow_non_loopback as read, None when that key has a problem of its own
+    LOOPBACK_RULE = "loopback_rule"
+
+
 @dataclass(frozen=True, slots=True)
-class Config:
-    """The whole configuration. `source` (the file it came from) takes no part in equality."""
+class ValueOf:
+    """The value of a key of the same section, read before this one."""
 
-    scan: ScanConfig
-    adb: AdbConfig
-    debugger: DebuggerConfig
-    control: ControlConfig
-    monitor: MonitorConfig
-    timeouts: TimeoutsConfig
-    limits: LimitsConfig
-    log: LogConfig
-    security: SecurityConfig
-    extensions: ExtensionsConfig = field(default_factory=ExtensionsConfig)
-    front: FrontConfig = field(default_factory=FrontConfig)
-    logcat: LogcatConfig = field(default_factory=LogcatConfig)
-    source: str | None = field(default=None, compare=False)
+    key: str
 
-    @classmethod
-    def default(cls, *, env: Mapping[str, str] | None = None) -> Config:
-        """The built-in defaults; `env` (default: os.environ, read now) fills env-dependent ones."""
-        from ddmd.config.parse import parse_config  # parse builds Configs: imported when used
 
-        return parse_config({}, source="<defaults>", env=env)
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How one key is read: the reader of `config.section.SectionReader` named ``reader`` is called
+    with the key, ``args`` (each a plain value, a `Given` or a `ValueOf`) and ``options``."""
+
+    reader: str
+    args: tuple[object, ...] = ()
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+def rule(reader: str, *args: object, **options: object) -> Rule:
+    return Rule(reader, args, MappingProxyType(options))
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSchema:
+    """One section: its dataclass and the rule of each key, in the order the keys are read."""
+
+    cls: type
+    keys: Mapping[str, Rule]
+
+
+#: Every section, in the order they are read: [security] first (the hosts of [front],
+#: [debugger] and [control] follow its allow_non_loopback). A key with a problem takes its
+#: default, so the rest can still be checked.
+SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
+    {
+        "security": SectionSchema(
+            SecurityConfig,
+            {
+                "allow_non_loopback": rule("boolean"),
+                "allowed_uids": rule("users"),
+                "unknown_peer": rule("choice", UNKNOWN_PEER_MODES),
+            },
+        ),
+        "scan": SectionSchema(
+            ScanConfig,
+            {
+                "enabled": rule("boolean"),
+                "host": rule("host"),
+                "ports": rule("port_range"),
+                "interval": rule("seconds"),
+                "backoff_max": rule("seconds"),
+            },
+        ),
+        "adb": SectionSchema(
+            AdbConfig,
+            {
+                "enabled": rule("adb_mode"),
+                "host": rule("host"),
+                "port": rule("adb_port", Given.ENV),
+                "path": rule("text", allow_empty=False),
+            },
+        ),
+        "front": SectionSchema(
+            FrontConfig,
+            {
+                "enabled": rule("boolean"),
+                "host": rule("listen_host", Given.LOOPBACK_RULE),
+                "port": rule("port"),
+                "on_kill": rule("choice", FRONT_ON_KILL),
+                "open_timeout": rule("seconds"),
+                "request_timeout": rule("seconds"),
+            },
+        ),
+        "logcat": SectionSchema(
+            LogcatConfig,
+            {
+                "keep": rule("boolean"),
+                "buffer_lines": rule("integer", minimum=100, maximum=10_000_000),
+                "idle_stop": rule("seconds"),
+                "stall_timeout": rule("seconds"),
+            },
+        ),
+        "debugger": SectionSchema(
+            DebuggerConfig,
+            {
+                "state_file": rule("state_file", Given.ENV, Given.BASE_DIR),
+                "host": rule("listen_host", Given.LOOPBACK_RULE),
+                "ports": rule("port_range"),
+                "current_port": rule("port"),
+                "auto_select_waiting": rule("boolean"),
+                "queue_packets": rule("integer", minimum=1),
+                "relay_chunk_bytes": rule("integer", minimum=4096),
+                "forget_after_days": rule("integer", minimum=1),
+                "max_per_vm": rule("integer", minimum=1, maximum=64),
+                "relay_threads": rule("relay_threads"),
+                "relay_spin_us": rule("integer", minimum=0, maximum=1000),
+            },
+        ),
+        "control": SectionSchema(
+            ControlConfig,
+            {
+                "port": rule("port"),  # first: the "auto" socket's name holds it
+                "host": rule("listen_host", Given.LOOPBACK_RULE),
+                "token": rule("text"),
+                "socket": rule("control_socket", ValueOf("port"), Given.ENV, Given.BASE_DIR),
+                "tcp": rule("boolean"),
+            },
+        ),
+        "monitor": SectionSchema(
+            MonitorConfig,
+            {
+                "thread_poll_interval": rule("seconds"),
+                "always_poll_threads": rule("boolean"),
+                "heap_info": rule("boolean"),
+            },
+        ),
+        "timeouts": SectionSchema(
+            TimeoutsConfig, {key: rule("seconds") for key in DEFAULTS["timeouts"]}
+        ),
+        "limits": SectionSchema(
+            LimitsConfig,
+            {
+                "max_packet_bytes": rule(
+                    "integer", minimum=JDWP_HEADER_SIZE, maximum=JDWP_MAX_LENGTH
+                ),
+                "max_inflated_bytes": rule("integer", minimum=1),
+                "max_vms": rule("integer", minimum=1),
+            },
+        ),
+        "log": SectionSchema(
+            LogConfig,
+            {"format": rule("choice", LOG_FORMATS), "level": rule("choice", LOG_LEVELS)},
+        ),
+        "extensions": SectionSchema(ExtensionsConfig, {"disabled": rule("strings")}),
+    }
+)

@@ -1,7 +1,7 @@
 """One TOML table of the config, read key by key: each value checked for its type and range,
-every problem collected with the key's place and the fix (``_Section``), and the did-you-mean
-for unknown names; paths in the config ($NAME expanded, relative to the file) and the runtime
-directory.
+every problem collected with the key's place and the fix (``SectionReader``; its readers are the
+ones ``schema.SECTIONS`` names), and the did-you-mean for unknown names; paths in the config
+($NAME expanded, relative to the file) and the runtime directory.
 
 Layer: standard library and ``ddmd.config.schema`` (used by ``parse.py``).
 """
@@ -17,9 +17,11 @@ import tempfile
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from ddmd.config.schema import (
+    ADB_MODES,
+    DEFAULT_ADB_PORT,
     DEFAULTS,
     MAX_PORT,
     MAX_SOCKET_PATH,
@@ -64,8 +66,12 @@ _T = TypeVar("_T")
 #: The largest user id (uid_t is 32 bits; 2**32-1 means "no user").
 MAX_UID = 2**32 - 2
 
+#: ``[debugger] relay_threads`` was one of these words before it became a boolean; a config file
+#: written then still starts ddmd ("local" and "all" now mean the thread for every VM).
+_OLD_RELAY_THREADS: Final = {"local": True, "all": True, "off": False}
 
-class _Section:
+
+class SectionReader:
     """One [section] of the file, with its defaults, turned into checked Python values.
 
     The readers (`boolean`, `port`, ...) raise ConfigError; `get` calls one, and on a problem
@@ -262,6 +268,45 @@ class _Section:
             raise self.error(key, str(exc), raw) from None
         return _resolve_path(expanded, env, base_dir)
 
+    def adb_mode(self, key: str) -> str:
+        """``[adb] enabled``: one of `ADB_MODES`; ``true``/``false`` (which read naturally in
+        TOML) are taken as "on"/"off"."""
+        if isinstance(value := self.raw(key), bool):
+            return "on" if value else "off"
+        return self.choice(key, ADB_MODES)
+
+    def adb_port(self, key: str, env: Mapping[str, str]) -> int:
+        """``[adb] port``; when the file does not set it, ANDROID_ADB_SERVER_PORT (adb's own
+        rule) wins over the default. A variable that is no port is reported, and the default
+        taken."""
+        raw = env.get("ANDROID_ADB_SERVER_PORT", "")
+        if self.is_set(key) or not raw:
+            return self.port(key)
+        port = int(raw) if raw.isascii() and raw.isdigit() else -1
+        if not MIN_PORT <= port <= MAX_PORT:
+            self.report(
+                self.error(
+                    key,
+                    "the default comes from the environment variable ANDROID_ADB_SERVER_PORT, "
+                    "which is not a port number; fix the variable or set [adb] port",
+                    raw,
+                )
+            )
+            return DEFAULT_ADB_PORT
+        return port
+
+    def relay_threads(self, key: str) -> bool:
+        """``[debugger] relay_threads``: true or false (or one of the words it used to take)."""
+        raw = self.raw(key)
+        if isinstance(raw, str) and raw.strip().lower() in _OLD_RELAY_THREADS:
+            return _OLD_RELAY_THREADS[raw.strip().lower()]
+        return self.boolean(key)
+
+    def state_file(self, key: str, env: Mapping[str, str], base_dir: Path | None) -> Path:
+        """``[debugger] state_file`` as `path` reads it; "" is the XDG state directory's."""
+        path = self.path(key, env, base_dir)
+        return path if path is not None else _default_state_file(env)
+
     def host(self, key: str) -> str:
         value = self.text(key, allow_empty=False)
         problem = host_problem(value)
@@ -313,6 +358,13 @@ def _resolve_path(raw: str, env: Mapping[str, str], base_dir: Path | None) -> Pa
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     return path
+
+
+def _default_state_file(env: Mapping[str, str]) -> Path:
+    xdg = env.get("XDG_STATE_HOME", "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else _home(env) / ".local" / "state"
+    return base / "ddmd" / "ports.json"
 
 
 def _home(env: Mapping[str, str]) -> Path:

@@ -65,7 +65,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from ddmd import __version__
-from ddmd.control import ddms, heapimage, web
+from ddmd.control import heapimage, profiling, web
 from ddmd.control import jvm as plain_jvm
 from ddmd.control import logcat as logcat_routes
 from ddmd.control.server import ControlBound, serve_control
@@ -571,7 +571,7 @@ def create_app(
         *plain_jvm.routes(vm, api._resolve, _guarded),  # GET .../stacks
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
-        *ddms.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),
+        *profiling.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),
         *logcat_routes.routes(vm, API_PREFIX, api._resolve, _guarded, logcat),
         Route(API_PREFIX + "/extensions", _guarded(api.ext_list), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),

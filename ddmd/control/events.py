@@ -1,6 +1,6 @@
 """The event stream: a fan-out hub, the registry notices it carries, and `GET /api/v1/events`.
 
-Layer: imports registry and `control.sse` (and protocol.heap for a type); used by `daemon`
+Layer: imports registry and `protocol.sse` (and protocol.heap for a type); used by `daemon`
 (which creates the hub and subscribes it to the registry) and served through
 `control.create_app(extra_routes=...)`. No actor or protocol code imports this module: nothing
 below the daemon knows the hub exists.
@@ -59,7 +59,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ddmd.control import sse
+from ddmd.protocol import sse
 from ddmd.protocol.heap import HeapImage
 from ddmd.registry import VmRegistry, VmSnapshot
 

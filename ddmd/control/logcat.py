@@ -27,11 +27,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ddmd.control import sse
 from ddmd.control.events import make_event
 from ddmd.logcat.device import DeviceLogcat, Viewer
 from ddmd.logcat.hub import LogcatHub, NoLog
 from ddmd.logcat.lines import Item, LineFilter, parse_since
+from ddmd.protocol import sse
 from ddmd.registry import VmHandle
 from ddmd.session.words import no_logcat_sentence
 

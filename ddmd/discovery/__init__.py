@@ -8,7 +8,7 @@ already past its JDWP handshake: the probe *is* the VM's one connection) and ``V
 
 Modules: `scan` (the localhost port range), `adb` (Android devices) with `adbserver` (the adb
 server exchanges, the only adbutils user), `connect` (the JDWP handshake, closing, back-off
-both use), `localproc` (a local VM's pid and name from /proc).
+both use), `lookups` (the scan's shared readings of /proc, through `ddmd.host`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scan's /proc lookups, shared by all of a round's probes.
 
-Layer: trio, `peers` (the uid rule) and the blocking readers of `discovery.snapshots` and
-`discovery.localproc`; used by `discovery.scan`.
+Layer: trio, `peers` (the uid rule) and the blocking readers of `host.fdindex` and
+`host.localproc`; used by `discovery.scan`.
 
 Each VM the scan finds needs two answers from ``/proc``: whose is the VM's end of the probe's
 connection (the uid rule), and which process is it (pid and ``jps`` name). Asked one VM at a
@@ -28,14 +28,14 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ddmd.discovery.localproc import (
+from ddmd.host.fdindex import FdIndex
+from ddmd.host.localproc import (
     LocalProcess,
     SocketTable,
     java_name,
     read_cmdline,
     read_exe,
 )
-from ddmd.discovery.snapshots import FdIndex
 from ddmd.peers import PeerPolicy, Verdict, is_local_peer, user_name
 
 __all__ = ["Fresh", "Probed", "ScanLookups"]

@@ -1,7 +1,7 @@
 """Workstation discovery: probe a localhost port range for JDWP listeners.
 
 Layer: imports config, logs, netaddr, `discovery.connect` (handshake, closing, back-off) and
-`discovery.localproc` and `discovery.lookups`; used by `daemon`.
+`host.localproc`/`host.sockdiag` and `discovery.lookups`; used by `daemon`.
 
 Every ``interval`` seconds each port of the range that has no VM yet is tried: connect and
 JDWP handshake, each under a timeout. A successful probe's
@@ -39,10 +39,11 @@ import structlog
 import trio
 
 from ddmd.config import Config, PortRange
-from ddmd.discovery import VmFound, sockdiag
+from ddmd.discovery import VmFound
 from ddmd.discovery.connect import NotJdwp, aclose_quietly, backoff, jdwp_handshake
-from ddmd.discovery.localproc import LocalProcess, listening_owners
 from ddmd.discovery.lookups import Probed, ScanLookups
+from ddmd.host import sockdiag
+from ddmd.host.localproc import LocalProcess, listening_owners
 from ddmd.logs import Event
 from ddmd.netaddr import host_port
 from ddmd.peers import LOOKUP_TIMEOUT, PeerPolicy, Verdict, user_name
@@ -384,13 +385,6 @@ class PortScanner:
 
     def _delay(self, failures: int) -> float:
         return backoff(failures, self._config.scan.interval, self._config.scan.backoff_max)
-
-    def backoff_of(self, port: int) -> float | None:
-        """Seconds until ``port`` is probed again, None when it is not backed off (tests)."""
-        state = self._backoff.get(port)
-        if state is None:
-            return None
-        return max(0.0, state.next_try - trio.current_time())
 
 
 def _listening_now(host: str, ports: PortRange, proc_root: str) -> dict[int, int] | None:

@@ -23,12 +23,12 @@ from typing import Any, Protocol
 
 import trio
 
-from ddmd.attach.client import AttachClient, AttachUnavailable
 from ddmd.config import Config
 from ddmd.drive.captures import capture_name
 from ddmd.drive.ddms import CaptureResult
 from ddmd.drive.found import ProcessInfo
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, TargetError
+from ddmd.hotspot.client import AttachClient, AttachUnavailable
 from ddmd.protocol.ddm import StackFrame, StackTrace
 from ddmd.protocol.hsattach import (
     DumpThread,

@@ -2,7 +2,7 @@
 and readers of the outputs ddmd uses (``Thread.print``, ``GC.heap_info``, ``GC.heap_dump``),
 plus the few ``/proc`` facts the attach handshake decides on.
 
-Layer: standard library only (mypy --strict). The trio side is ``ddmd.attach.client``.
+Layer: standard library only (mypy --strict). The trio side is ``ddmd.hotspot.client``.
 
 What was checked, and where (OpenJDK's Linux client ``jdk.attach/linux/.../VirtualMachineImpl``
 and the VM side ``hotspot/os/posix/attachListener_posix.cpp``, ``attachListener_linux.cpp``;

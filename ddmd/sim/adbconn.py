@@ -1,7 +1,7 @@
 """One adb server's connection to the fake device (`_Connection`: the ``CNXN`` handshake, the
 read loop, the deadlines on untrusted input) and its streams (`_Stream`: ``OPEN`` / ``OKAY`` /
 ``WRTE`` / ``CLSE`` and the flow control of one service). The services themselves are
-`ddmd.sim.adbd.FakeDevice`'s.
+`ddmd.sim.adbd.FakeDevice`'s, which a connection sees through `DeviceHost`.
 
 The server opens with ``CNXN``; the device answers ``CNXN`` version 0x01000000, maxdata 256 KiB
 and its banner (no ``AUTH``: an unlocked, ``ro.adb.secure=0`` device). Streams: the server
@@ -17,14 +17,15 @@ relay on it), never the device. Waits that are idle by nature have no deadline: 
 messages of a connected server (a real phone's transport idles for hours), and a relay
 waiting for a debugger or a VM to say something.
 
-Layer: the simulator; imports trio, structlog, the standard library and `ddmd.sim.adbmsg`.
+Layer: the simulator; imports trio, structlog, the standard library, `ddmd.sim.adbmsg` and
+`ddmd.sim.devicestats`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 import trio
@@ -45,11 +46,32 @@ from ddmd.sim.adbmsg import (
     MessageDecoder,
     encode_message,
 )
-
-if TYPE_CHECKING:
-    from ddmd.sim.adbd import FakeDevice
+from ddmd.sim.devicestats import DeviceStatistics
 
 logger = structlog.get_logger()
+
+
+class DeviceHost(Protocol):
+    """What a connection needs of its device (`ddmd.sim.adbd.FakeDevice`): the banner, the
+    deadlines, the counters, which service to run for an ``OPEN``, and the ``jdwp:PID`` relays."""
+
+    banner: bytes
+    handshake_timeout: float
+    message_timeout: float
+    send_timeout: float
+    okay_timeout: float
+    max_streams: int
+
+    @property
+    def counters(self) -> DeviceStatistics: ...
+
+    def plan(self, service: str) -> tuple[str, _Handler, int | None] | None:
+        """(kind, handler, the pid of a jdwp relay) for a service to accept; None to refuse."""
+        ...
+
+    def claim_relay(self, pid: int, stream: _Stream) -> None:
+        """``stream`` relays to ``pid`` from now on (before its OKAY goes out)."""
+        ...
 
 
 class _StreamClosed(Exception):
@@ -153,7 +175,7 @@ class _Stream:
 class _Connection:
     """One server connection: the handshake, the read loop, the streams and their services."""
 
-    def __init__(self, device: FakeDevice, tcp: trio.SocketStream) -> None:
+    def __init__(self, device: DeviceHost, tcp: trio.SocketStream) -> None:
         self.device = device
         self.tcp = tcp
         self.max_data = MAX_PAYLOAD  # what we may send: min(ours, the server's maxdata)
@@ -195,7 +217,7 @@ class _Connection:
             self._broken = True
             if problem is not None:
                 self.problem = problem
-                stats = self.device._stats
+                stats = self.device.counters
                 stats.last_problem = problem
                 if stalled:
                     stats.stalled += 1
@@ -266,7 +288,7 @@ class _Connection:
             raise AdbTransportError(f"CNXN banner {first.data[:40]!r} is not a host's")
         self.max_data = min(maxdata, MAX_PAYLOAD)
         await self.send(A_CNXN, A_VERSION, MAX_PAYLOAD, device.banner)
-        device._stats.online += 1
+        device.counters.online += 1
         try:
             while True:
                 message = await self._receive_message(None)
@@ -274,7 +296,7 @@ class _Connection:
                     return
                 await self._dispatch(message)
         finally:
-            device._stats.online -= 1
+            device.counters.online -= 1
 
     async def _dispatch(self, m: Message) -> None:
         if m.command == A_OPEN:
@@ -322,9 +344,9 @@ class _Connection:
             service = ""
         if len(self.streams) >= device.max_streams:
             service = ""  # refuse: too many streams on this connection
-        plan = device._plan(service)
+        plan = device.plan(service)
         if plan is None:
-            device._stats.refused += 1
+            device.counters.refused += 1
             logger.debug("adbd.refused", service=service[:80])
             await self.send(A_CLSE, 0, remote_id)
             return
@@ -335,8 +357,8 @@ class _Connection:
         if relay_pid is not None:
             # Claimed before the OKAY goes out: a second OPEN right behind this one is
             # dropped, as the VM keeps only its first debugger.
-            device._relays.setdefault(relay_pid, set()).add(stream)
-        device._stats.services[kind] += 1
+            device.claim_relay(relay_pid, stream)
+        device.counters.services[kind] += 1
         await self.send(A_OKAY, stream.local_id, remote_id)
         assert self._nursery is not None
         self._nursery.start_soon(self._run_service, stream, handler)

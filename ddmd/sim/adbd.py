@@ -34,7 +34,8 @@ Device services, as a real ART device answers them (docs adb-front.md section 1)
 
 The parts: adb's message format in `ddmd.sim.adbmsg`; a server's connection, its streams and
 the deadlines on its untrusted input in `ddmd.sim.adbconn`; the log and the fake ``logcat`` in
-`ddmd.sim.devicelog`. This module re-exports their public names.
+`ddmd.sim.devicelog`; its counters in `ddmd.sim.devicestats`. This module re-exports their
+public names.
 
 Layer: the simulator; imports trio, structlog, the standard library and ``ddmd.sim`` only
 (nothing of the daemon).
@@ -47,7 +48,6 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
@@ -83,6 +83,7 @@ from ddmd.sim.devicelog import (
     parse_logcat_args,
     split_log_records,
 )
+from ddmd.sim.devicestats import DeviceStatistics
 
 __all__ = [
     "A_CLSE",
@@ -142,27 +143,6 @@ def banner(properties: Mapping[str, str], features: Iterable[str]) -> bytes:
     props = [f"{k}={properties[k]}" for k in keys if k in properties]
     props.append("features=" + ",".join(features))
     return ("device::" + ";".join(props)).encode()
-
-
-@dataclass(slots=True)
-class DeviceStatistics:
-    """Counters of one `FakeDevice` since it was made."""
-
-    port: int | None = None
-    connections: int = 0  # TCP connections from a server
-    online: int = 0  # connections open now that finished the CNXN exchange
-    bad_input: int = 0  # connections closed for bytes that are not the protocol
-    stalled: int = 0  # connections closed because the server stalled (a deadline ran out)
-    last_problem: str | None = None
-    services: Counter[str] = field(default_factory=Counter)  # accepted, by kind
-    refused: int = 0  # OPENs answered CLSE(0, id)
-    dropped: int = 0  # jdwp:PID accepted and dropped (a stream to the pid was open)
-    connect_failed: int = 0  # jdwp:PID accepted, the pid's TCP connect failed
-    bytes_to_vm: int = 0
-    bytes_from_vm: int = 0
-    log_records: int = 0  # records logged (set_log, log, replay) since the device was made
-    log_followers: int = 0  # logcat streams following the log now
-    log_overflows: int = 0  # followers closed because they fell too far behind
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,7 +320,19 @@ class FakeDevice:
         async with tcp:
             await _Connection(self, tcp).run()
 
-    def _plan(self, service: str) -> tuple[str, _Handler, int | None] | None:
+    # --- for the connections (`ddmd.sim.adbconn.DeviceHost`)
+
+    @property
+    def counters(self) -> DeviceStatistics:
+        """The live counters, for the connections (`statistics` is a copy)."""
+        return self._stats
+
+    def claim_relay(self, pid: int, stream: _Stream) -> None:
+        """A ``jdwp:PID`` stream relays to ``pid`` from now on (claimed before its OKAY goes
+        out: a second OPEN right behind it is dropped, as the VM keeps only its first debugger)."""
+        self._relays.setdefault(pid, set()).add(stream)
+
+    def plan(self, service: str) -> tuple[str, _Handler, int | None] | None:
         """(kind, handler, the pid of a jdwp relay) for a service to accept; None to refuse."""
         if service == "jdwp":
             return "jdwp", self._serve_jdwp_list, None

@@ -10,7 +10,7 @@ device.replay(records, lines_per_second=20_000, loop=True)`` logs a batch per ti
 while a stream is over a high-water mark (the adb flow control reaches back to it). A stream
 more than ``log_follower_bytes`` behind is closed (logd drops a reader that cannot keep up).
 
-Layer: the simulator; imports trio and the standard library only.
+Layer: the simulator; imports trio, the standard library and `ddmd.sim.devicestats`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
-if TYPE_CHECKING:
-    from ddmd.sim.adbd import DeviceStatistics
+from ddmd.sim.devicestats import DeviceStatistics
 
 __all__ = ["LogcatOptions", "parse_logcat_args", "split_log_records"]
 

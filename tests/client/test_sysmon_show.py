@@ -18,8 +18,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ddmd.cli import client as cli_client
-from ddmd.cli.ddms import allocs, hprof, kill
 from ddmd.cli.format import format_clients
+from ddmd.cli.profiling import allocs, hprof, kill
 from ddmd.sysmon.cli import format_figures, sysmon_command
 
 MONITOR_ID = "tcp:8003"

@@ -25,9 +25,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ddmd.cli import client as cli_client
-from ddmd.cli import ddms
+from ddmd.cli import profiling
 from ddmd.cli.client import EXIT_API_ERROR, EXIT_CONFIG, EXIT_NO_DAEMON, EXIT_TARGET
-from ddmd.cli.ddms import allocs, converted_name, find_hprof_conv, hprof, java_name, kill, trace
+from ddmd.cli.profiling import (
+    allocs,
+    converted_name,
+    find_hprof_conv,
+    hprof,
+    java_name,
+    kill,
+    trace,
+)
 from ddmd.cli.trace import report_json
 from ddmd.protocol.hprof import summarise_file
 from ddmd.protocol.trace import parse_trace
@@ -328,7 +336,7 @@ def test_ctrl_c_ends_the_trace_and_the_trace_is_stopped_and_written(daemon, monk
         waits.append(seconds)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ddms, "_wait_for_the_end", interrupted)
+    monkeypatch.setattr(profiling, "_wait_for_the_end", interrupted)
     result = invoke(trace, MAIL, "-o", "app.trace")
     assert result.exit_code == 0, result.output
     assert waits == [None]  # no --seconds: until Ctrl-C
@@ -363,7 +371,7 @@ def test_a_failure_while_tracing_still_stops_the_trace(daemon, monkeypatch):
     async def broken(seconds: float | None) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ddms, "_wait_for_the_end", broken)
+    monkeypatch.setattr(profiling, "_wait_for_the_end", broken)
     result = CliRunner().invoke(trace, [MAIL, "--seconds", "5"])
     assert isinstance(result.exception, RuntimeError)
     assert daemon.paths()[-1] == "POST /api/v1/vms/tcp:8000/trace/stop"
@@ -632,7 +640,7 @@ def _without_hprof_conv(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("ANDROID_HOME", raising=False)
     monkeypatch.delenv("ANDROID_SDK_ROOT", raising=False)
-    monkeypatch.setattr(ddms, "DEBIAN_HPROF_CONV", tmp_path / "no" / "hprof-conv")
+    monkeypatch.setattr(profiling, "DEBIAN_HPROF_CONV", tmp_path / "no" / "hprof-conv")
 
 
 def test_hprof_convert_without_hprof_conv_says_how_to_get_it(daemon, monkeypatch, tmp_path):
@@ -683,7 +691,7 @@ def test_hprof_on_android_12_is_the_daemons_sentence(daemon):
 
 @pytest.fixture
 def terminal(monkeypatch) -> None:
-    monkeypatch.setattr(ddms, "_can_ask", lambda: True)
+    monkeypatch.setattr(profiling, "_can_ask", lambda: True)
 
 
 def test_kill_with_yes(daemon):

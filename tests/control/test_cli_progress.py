@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from ddmd.cli import ddms
-from ddmd.cli.ddms import hprof, trace
+from ddmd.cli import profiling
+from ddmd.cli.profiling import hprof, trace
 from ddmd.cli.progress import (
     REDRAW_INTERVAL,
     Transfer,
@@ -114,7 +114,7 @@ async def test_a_wait_shows_the_time_it_has_taken(autojump_clock):
 @pytest.fixture
 def tty(monkeypatch) -> FakeTty:
     fake = FakeTty()
-    monkeypatch.setattr(ddms, "terminal", lambda: fake)
+    monkeypatch.setattr(profiling, "terminal", lambda: fake)
     return fake
 
 

@@ -31,8 +31,8 @@ from ddmd.control.events import (
     events_route,
     make_event,
 )
-from ddmd.control.sse import SseDecoder, event_frame
 from ddmd.logs import Event
+from ddmd.protocol.sse import SseDecoder, event_frame
 from ddmd.registry import VmRegistry
 from ddmd.session.model import DebuggerSnapshot
 from tests.actors.rawpeers import wait_until

@@ -31,10 +31,10 @@ from ddmd.cli.client import EXIT_API_ERROR, EXIT_NO_DAEMON, EXIT_OK, EXIT_TARGET
 from ddmd.cli.main import main
 from ddmd.config import PortRange
 from ddmd.control.events import make_event
-from ddmd.control.sse import event_frame
 from ddmd.drive.ports import VmPorts
 from ddmd.errors import DdmFailed, VmGone
 from ddmd.portbook import PortBook
+from ddmd.protocol.sse import event_frame
 from ddmd.registry import VmRegistry
 from ddmd.sim.hprof import dump_bytes, sim_heap_content
 from ddmd.sim.trace import build_trace, default_recording

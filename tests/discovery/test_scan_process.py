@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from ddmd.discovery import VmFound
-from ddmd.discovery.localproc import LocalProcess
 from ddmd.discovery.scan import PortScanner
+from ddmd.host.localproc import LocalProcess
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import PeerConnection, RawPeer, free_port_range, make_config
 

@@ -18,16 +18,17 @@ import pytest
 import trio
 import trio.testing
 
-from ddmd.discovery import VmFound, localproc
-from ddmd.discovery.localproc import PeerOwner, SocketOwner, SocketTable
+from ddmd.discovery import VmFound
 from ddmd.discovery.lookups import Fresh
 from ddmd.discovery.scan import PortScanner
-from ddmd.discovery.snapshots import FdIndex
+from ddmd.host import localproc
+from ddmd.host.fdindex import FdIndex
+from ddmd.host.localproc import PeerOwner, SocketOwner, SocketTable
 from ddmd.peers import PeerPolicy
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import PeerConnection, RawPeer, free_port_range, make_config
-from tests.discovery.test_localproc import FakeProc, make_proc
-from tests.discovery.test_peer_owner import LITTLE, tables
+from tests.host.test_localproc import FakeProc, make_proc
+from tests.host.test_peer_owner import LITTLE, tables
 
 CAP = 20
 

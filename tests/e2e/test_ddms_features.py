@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from ddmd.control.ddms import _descriptor_name
+from ddmd.control.profiling import _descriptor_name
 from tests.actors.rawpeers import free_port_range, monitor
 from tests.e2e.test_bridge_jvm import WAIT, jdb_session, vm_id
 from tests.hprof.test_sim_dump import counts_of, hprof_conv, summary_json

@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from tests.actors.rawpeers import free_port_range, monitor
-from tests.attach.conftest import Jvm, quiet_classes, run_quiet  # noqa: F401 (a fixture)
+from tests.hotspot.conftest import Jvm, quiet_classes, run_quiet  # noqa: F401 (a fixture)
 from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _require_browser
 
 pytestmark = pytest.mark.jvm

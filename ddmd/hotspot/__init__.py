@@ -2,6 +2,6 @@
 this computer: ``client.AttachClient``. The wire format and the readers of its answers are
 ``ddmd.protocol.hsattach`` (sans-IO)."""
 
-from ddmd.attach.client import AttachClient, AttachUnavailable
+from ddmd.hotspot.client import AttachClient, AttachUnavailable
 
 __all__ = ["AttachClient", "AttachUnavailable"]

@@ -24,7 +24,7 @@ import trio
 from ddmd.protocol.hprof import java_class_name, summarise_file
 from tests.actors.needs import skip_or_fail
 from tests.actors.rawpeers import Harness, free_port_range, monitor, wait_until
-from tests.attach.conftest import MAIN_LINE, OWN_CLASSES, WAIT, Jvm, run_quiet, tool
+from tests.hotspot.conftest import MAIN_LINE, OWN_CLASSES, WAIT, Jvm, run_quiet, tool
 from tests.hprof.test_sim_dump import hprof_conv
 
 pytestmark = pytest.mark.jvm

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from ddmd.attach.client import AttachClient, AttachUnavailable, ProcessFacts, refusal
 from ddmd.config import parse_config
 from ddmd.drive.jvmtools import JvmTools
+from ddmd.hotspot.client import AttachClient, AttachUnavailable, ProcessFacts, refusal
 from ddmd.protocol.hsattach import parse_proc_status
 from ddmd.registry import VmSnapshot
 

@@ -15,8 +15,8 @@ import trio
 
 from ddmd.protocol.hprof import summarise_file
 from tests.actors.rawpeers import wait_until
-from tests.attach.conftest import MAIN_LINE, OWN_CLASSES, WAIT
-from tests.attach.test_hotspot import CAP, jstack_names, watched
+from tests.hotspot.conftest import MAIN_LINE, OWN_CLASSES, WAIT
+from tests.hotspot.test_hotspot import CAP, jstack_names, watched
 
 pytestmark = pytest.mark.jvm
 

@@ -1,6 +1,6 @@
 """One walk of every process's open sockets, for many lookups.
 
-Layer: standard library and `discovery.localproc` only; blocking (run in a worker thread).
+Layer: standard library and `host.localproc` only; blocking (run in a worker thread).
 
 `localproc.process_of_inode` walks the fd tables for one socket each time. That is right for an
 accepted debugger, once in a while; it is quadratic for the scan when hundreds of VMs open
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ddmd.discovery.localproc import list_pids
+from ddmd.host.localproc import list_pids
 
 __all__ = ["FdIndex"]
 

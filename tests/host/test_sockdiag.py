@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from ddmd.discovery import sockdiag
-from ddmd.discovery.localproc import listening_owners
+from ddmd.host import sockdiag
+from ddmd.host.localproc import listening_owners
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import free_port_range
 

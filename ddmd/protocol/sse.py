@@ -1,7 +1,8 @@
 """Server-sent events on the wire: frames out (the daemon) and a line decoder in (`ddmd events`).
 
-Layer: standard library only, sans-I/O; imported by `control.events` (server side) and by
-`cli.events` (which must stay light, so it cannot import trio or starlette at start-up).
+Layer: ``protocol`` (standard library only, sans-I/O); imported by `control.events` and
+`control.logcat` (server side) and by `cli.events` and `cli.logcat` (which must stay light, so
+they cannot import trio or starlette at start-up).
 
 One event is ``event: NAME`` plus one ``data: JSON`` line and a blank line. The JSON is
 written without newlines (``json.dumps`` escapes them inside strings), so one event is always

@@ -35,6 +35,7 @@ from ddmd.errors import TargetError
 from ddmd.logs import Event, get_logger
 from ddmd.protocol.hprof import summarise_file
 from ddmd.protocol.trace import TraceFormatError
+from ddmd.protocol.trace.loader import load_profile
 from ddmd.protocol.trace.report import report_json
 from ddmd.registry import VmHandle
 
@@ -135,7 +136,7 @@ class _Profiling:
         handle = self._vm(request, "POST")
         result = await handle.stop_trace()
         try:
-            profile = await trio.to_thread.run_sync(_load_trace, result.path)
+            profile = await trio.to_thread.run_sync(load_profile, result.path)
             report: dict[str, Any] | None = report_json(profile, top=TOP, file=result.path.name)
         except (OSError, TraceFormatError) as exc:
             report = {"error": f"the trace could not be read: {exc}"}
@@ -193,12 +194,6 @@ class _MethodNotAllowed(Exception):
     def __init__(self, allow: str) -> None:
         super().__init__("Method Not Allowed")
         self.allow = allow
-
-
-def _load_trace(path: Path) -> Any:
-    from ddmd.cli.trace import load_profile  # the same block reader the CLI uses
-
-    return load_profile(path)
 
 
 def _download(path: Path) -> str:

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Collection
 from typing import Final
 
-from ddmd.discovery.localproc import IpAddress, choose_listeners, parse_host
+from ddmd.host.localproc import IpAddress, choose_listeners, parse_host
 
 __all__ = ["listeners"]
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddmd.discovery import localproc
-from ddmd.discovery.localproc import (
+from ddmd.host import localproc
+from ddmd.host.localproc import (
     LocalProcess,
     SocketOwner,
     connected_socket,

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from ddmd.discovery.localproc import (
+from ddmd.host.localproc import (
     PeerOwner,
     listening_owners,
     peer_owner,
     socket_tables_readable,
 )
 from tests.actors.needs import skip_or_fail
-from tests.discovery.test_localproc import (
+from tests.host.test_localproc import (
     ANY4_LISTEN,
     ANY6_LISTEN,
     JVM_ACCEPTED,
