@@ -6,7 +6,7 @@ Every connection ddmd accepts is checked by reading the socket tables (``/proc/n
 ``tcp6``) in a trio worker thread. Under churn those tables hold thousands of TIME_WAIT rows, a few
 hundred KB of text. This bench writes such a table (``--rows`` rows, one of them the peer being
 looked up) under a temporary proc root, runs ``--lookups`` lookups through
-``ddmd.discovery.localproc.peer_owner`` in worker threads, 40 at a time as a burst of accepts
+``ddmd.host.localproc.peer_owner`` in worker threads, 40 at a time as a burst of accepts
 would, and prints this process's RSS before and after each round of 400, and the time per lookup.
 Each lookup must find the peer's uid (it fails loudly otherwise).
 

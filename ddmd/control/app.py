@@ -220,7 +220,7 @@ class _Api:
         self._version = version
         self._ports = ports
 
-    def _resolve(self, request: Request) -> VmHandle:
+    def resolve(self, request: Request) -> VmHandle:
         target = request.path_params["target"]
         device = request.query_params.get("device") or None
         return self._registry.resolve(target, device=device)
@@ -267,15 +267,15 @@ class _Api:
 
     async def ext(self, request: Request) -> Response:
         """What each chunk handler last published for this VM."""
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         return JSONResponse({"vm": handle.vm_id, "ext": dict(handle.ext_values)})
 
     async def vm(self, request: Request) -> Response:
-        snapshot = self._resolve(request).snapshot()
+        snapshot = self.resolve(request).snapshot()
         return JSONResponse({"vm": snapshot.to_json(), "threads": threads_json(snapshot)})
 
     async def threads(self, request: Request) -> Response:
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         try:
             snapshot = await handle.refresh_threads()
         except FeatureUnsupported:
@@ -289,7 +289,7 @@ class _Api:
         )
 
     async def heap(self, request: Request) -> Response:
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         segments = _flag(request, "segments")
         images = await handle.heap_segments() if segments else handle.last_heap_images()
         snapshot = handle.snapshot()
@@ -312,7 +312,7 @@ class _Api:
         runs: what the web page's "Cause GC" needs, without megabytes of JSON."""
         if request.method != "POST":
             return _error(405, "Method Not Allowed", allow="POST")
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         images = await handle.heap_segments()
         snapshot = handle.snapshot()
         return JSONResponse(
@@ -325,7 +325,7 @@ class _Api:
 
     async def heap_png(self, request: Request) -> Response:
         """The last heap dump drawn by `control.heapimage` (rendered in a worker thread)."""
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         width = _int_param(
             request, "width", heapimage.DEFAULT_WIDTH, heapimage.MIN_WIDTH, heapimage.MAX_WIDTH
         )
@@ -378,7 +378,7 @@ class _Api:
             # Routed for every method: a GET would otherwise fall through to the bare VM route
             # and come back as "no VM matches '.../gc'".
             return _error(405, "Method Not Allowed", allow="POST")
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         outcome = await handle.cause_gc()
         snapshot = handle.snapshot()
         jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: the heap after its GC
@@ -394,7 +394,7 @@ class _Api:
     async def select(self, request: Request) -> Response:
         if request.method != "POST":
             return _error(405, "Method Not Allowed", allow="POST")
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         self._registry.select(handle.vm_id, reason="selected through the control API")
         return JSONResponse(
             {"vm": handle.snapshot().to_json(), "selected": self._registry.selected_key}
@@ -411,7 +411,7 @@ class _Api:
 
     async def stack(self, request: Request) -> Response:
         raw = request.path_params["thread"]
-        handle = self._resolve(request)
+        handle = self.resolve(request)
         plain = await plain_jvm.stack_json(handle, raw)  # a plain JVM: from its thread dump
         if plain is not None:
             return JSONResponse(plain)
@@ -568,11 +568,11 @@ def create_app(
         # Sub-resources before the bare VM route: `{target:path}` would swallow them.
         Route(vm + "/threads/{thread:path}/stack", _guarded(api.stack), methods=["GET"]),
         Route(vm + "/threads", _guarded(api.threads), methods=["GET"]),
-        *plain_jvm.routes(vm, api._resolve, _guarded),  # GET .../stacks
+        *plain_jvm.routes(vm, api.resolve, _guarded),  # GET .../stacks
         Route(vm + "/heap", _guarded(api.heap), methods=["GET"]),
         Route(vm + "/ext", _guarded(api.ext), methods=["GET"]),
-        *profiling.routes(vm, api._resolve, _guarded, capture_dir, API_PREFIX),
-        *logcat_routes.routes(vm, API_PREFIX, api._resolve, _guarded, logcat),
+        *profiling.routes(vm, api.resolve, _guarded, capture_dir, API_PREFIX),
+        *logcat_routes.routes(vm, API_PREFIX, api.resolve, _guarded, logcat),
         Route(API_PREFIX + "/extensions", _guarded(api.ext_list), methods=["GET"]),
         Route(vm + "/heap/dump", _guarded(api.heap_dump), methods=_ALL_METHODS),
         Route(vm + "/heap.png", _guarded(api.heap_png), methods=["GET"]),

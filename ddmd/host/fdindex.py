@@ -31,7 +31,7 @@ class FdIndex:
 
     @classmethod
     def read(cls, proc_root: str = "/proc") -> FdIndex:
-        index = cls(proc_root)
+        holders: dict[int, tuple[int, str]] = {}
         pids = list_pids(proc_root)
         own = os.getpid()
         # This process last: another process holding the same socket (inherited) is the one
@@ -39,8 +39,8 @@ class FdIndex:
         pids.sort(key=lambda pid: pid == own)
         for pid in pids:
             for fd, inode in _sockets_of(proc_root, pid):
-                index._holders.setdefault(inode, (pid, fd))
-        return index
+                holders.setdefault(inode, (pid, fd))
+        return cls(proc_root, holders)
 
     def __len__(self) -> int:
         return len(self._holders)

@@ -324,10 +324,10 @@ class SocketTable:
                         continue
                 row = parse_row(line, byteorder)
                 if row is not None:
-                    table._add(row)
+                    table.add(row)
         return table
 
-    def _add(self, row: Row) -> None:
+    def add(self, row: Row) -> None:
         if row.state == LISTEN:
             if row.inode != 0:
                 self._listening.setdefault(row.local_port, []).append(row)
