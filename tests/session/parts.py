@@ -76,9 +76,12 @@ class Answer:
     feature: str
     chunks: tuple[ddm.Chunk, ...] = ()
     error: int = 0
+    raw: bytes | None = None  # the reply's data as they are (a JDWP command's answer)
 
-    def __init__(self, feature: str, *chunks: ddm.Chunk, error: int = 0) -> None:
-        self.feature, self.chunks, self.error = feature, chunks, error
+    def __init__(
+        self, feature: str, *chunks: ddm.Chunk, error: int = 0, raw: bytes | None = None
+    ) -> None:
+        self.feature, self.chunks, self.error, self.raw = feature, chunks, error, raw
 
 
 @dataclass(slots=True)
@@ -144,7 +147,7 @@ class FakeHost:
     def answer(self, item: Answer) -> None:
         own = self.request(item.feature)
         self.open.remove(own)
-        data = b"" if item.error else ddm.encode_chunks(item.chunks)
+        data = item.raw if item.raw is not None else ddm.encode_chunks(item.chunks)
         assert own.owner is not None
         own.owner.answered(own, ReplyPacket(0, item.error, data))
 
