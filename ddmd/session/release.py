@@ -101,6 +101,13 @@ class Release:
         if not router.ready:
             self._waits[item.consumer] = now + settings.reconnect
 
+    def named(self, consumer: int, tool: str) -> None:
+        """The program on the other end of a consumer's connection was found."""
+        found = self._router.consumers.by_id.get(consumer)
+        if found is not None:
+            found.tool = tool
+            self._host.emit(Changed())
+
     def attached(self, consumer: int) -> None:
         """A consumer's handshake completed, or it began to debug: it no longer waits for the
         VM; once it debugs, the VM no longer waits for a debugger."""

@@ -66,6 +66,7 @@ from ddmd.session.ddmshare import DdmShare, Switch
 from ddmd.session.feed import ModelFeed
 from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
 from ddmd.session.host import Own, Owner
+from ddmd.session.host import missing as missing_of
 from ddmd.session.inputs import (
     Call,
     ConsumerBytes,
@@ -86,7 +87,7 @@ from ddmd.session.profiling import Profiling
 from ddmd.session.release import Release
 from ddmd.session.router import Router, RouterStatistics
 from ddmd.session.settings import SessionSettings
-from ddmd.session.words import missing_sentence, words
+from ddmd.session.words import words
 
 __all__ = ["TRANSITIONS", "SessionSettings", "VmSession"]
 
@@ -202,10 +203,7 @@ class VmSession:
         elif isinstance(item, ConsumerJoined):
             self.release.join(item, now)
         elif isinstance(item, ConsumerNamed):
-            consumer = self.router.consumers.by_id.get(item.consumer)
-            if consumer is not None:
-                consumer.tool = item.tool
-                out.append(Changed())
+            self.release.named(item.consumer, item.tool)
         elif isinstance(item, ConsumerLeft):
             self.release.leave(item.consumer, item.reason)
         elif isinstance(item, VmClosed):
@@ -361,9 +359,8 @@ class VmSession:
         return None
 
     def missing(self, feature: str) -> str:
-        return missing_sentence(
-            self.name, feature, self.model.unsupported.get(feature, ""), ddm=self.model.ddm
-        )
+        """The sentence for a user: what the VM lacks and why."""
+        return missing_of(self, feature)
 
     # ------------------------------------------------------------------ chunk handlers' side
 
