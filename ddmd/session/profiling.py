@@ -5,9 +5,9 @@ Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``Pro
 is the part of ``VmSession`` that turns these ``Call`` requests into DDM requests and says how
 each ends (``begin``/``settle`` return the ``Resolve`` or ``Reject``; ``Calls`` keeps the table
 of calls). It sees the session through ``SessionHost`` and owns what only profiling touches:
-the trace's state, mode and device file, whether ddmd turned the allocation tracker on, and the
-files a call waits for. Most of these requests are answered by silence on a current phone (ART
-9+ without its agent), so each conversation ends on evidence that always comes:
+the trace's state, mode and device file, and whether ddmd turned the allocation tracker on.
+Most of these requests are answered by silence on a current phone (ART 9+ without its agent),
+so each conversation ends on evidence that always comes:
 
     start trace   MPSS | SPSS | MPRS, then MPRQ (always answered, and after the start request
                   is handled): a FAIL to the start, or MPRQ's state, decides
@@ -20,22 +20,21 @@ files a call waits for. Most of these requests are answered by silence on a curr
     kill          EXIT; the VM closes the connection (no answer is expected); a plain JVM:
                   JDWP VirtualMachine.Exit instead
 
-A file pushed whole (small) arrives through the handler host, where this part is the first
-built-in handler (``handle_raw``: a file a call waits for is taken, anything else goes on to the
-model); one larger than the relay threshold arrives in pieces from the router (``push_piece``)
-and is passed on piece by piece, so a heap dump of hundreds of MB never sits in memory.
+The files themselves (the MPSE and HPDS pushes) are caught by ``Captures`` (``capture.py``),
+which passes them on as they arrive; this part says which file a call waits for and reads how
+it went.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import TypeVar
 
 from ddmd.protocol import ddm
 from ddmd.protocol.expect import Answer
 from ddmd.protocol.jdwp import CommandSet, ReplyPacket, VirtualMachineCommand
-from ddmd.session.commands import Capture, Command, Log, Reject, Resolve
+from ddmd.session.capture import AwaitedFile, Captures
+from ddmd.session.commands import Reject, Resolve
 from ddmd.session.host import SELF, Own, PendingCall, SessionHost, judge_reply, missing, silence
 from ddmd.session.inputs import (
     AllocTracker,
@@ -61,7 +60,6 @@ TRACE_STATES = {0: "off", 1: "method", 2: "sampling"}
 _C = TypeVar("_C", bound=ddm.Chunk)
 _MPSE = int(ddm.ChunkType.MPSE)
 _HPDS = int(ddm.ChunkType.HPDS)
-_CHUNK_HEADER = struct.Struct(">II")
 _EXIT_CODE = struct.Struct(">I")
 
 STREAMING_TRACE = "method-trace-profiling-streaming"
@@ -71,39 +69,16 @@ STREAMING_HPROF = "hprof-heap-dump-streaming"
 FILE_HPROF = "hprof-heap-dump"
 
 
-@dataclass(slots=True)
-class _Capture:
-    """A file the VM is to push for a call (``chunk_type`` MPSE or HPDS)."""
-
-    pending: PendingCall
-    chunk_type: int
-    started: bool = False
-    size: int = 0
-    done: bool = False
-    short: bool = False  # the push ended before the length its chunk header declared
-
-
-@dataclass(slots=True)
-class _LargePush:
-    """A DDM push arriving in pieces: its chunk header, then where the data goes."""
-
-    head: bytearray
-    capture: _Capture | None = None
-    remaining: int = 0  # data bytes of the first chunk still to come
-    discarded: bool = False
-
-
 class Profiling:
     """The profiling part of a ``VmSession``: tracing, allocations, heap dumps and kill."""
 
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, host: SessionHost, captures: Captures) -> None:
         self._host = host
+        self._captures = captures  # the files its calls wait for (the push path fills them)
         self.trace_state = "unknown"  # "off", "method", "sampling" once known
         self.trace_mode: str | None = None  # "streaming" or "file" while tracing
         self.trace_path: str | None = None
         self.allocs_on = False  # ddmd itself turned the allocation tracker on
-        self._captures: list[_Capture] = []
-        self._large: _LargePush | None = None
 
     @property
     def tracing(self) -> bool:
@@ -111,9 +86,7 @@ class Profiling:
         return self.trace_state in ("method", "sampling")
 
     def drop(self) -> None:
-        """The connection ended: no file comes any more, the trace's state is unknown."""
-        self._captures.clear()
-        self._large = None
+        """The connection ended: the trace's state is unknown."""
         self.trace_state, self.trace_mode = "unknown", None
 
     # ------------------------------------------------------------------ the owner of its requests
@@ -293,7 +266,7 @@ class Profiling:
             ddm.SamplingEnd() if self.trace_state == "sampling" else ddm.MethodTraceStreamEnd()
         )
         pending.owns.append(host.ask(end, self, "trace end"))
-        self._captures.append(_Capture(pending, _MPSE))
+        self._captures.expect(pending, _MPSE)
         pending.deadline = now + host.settings.capture
         return None
 
@@ -303,7 +276,7 @@ class Profiling:
         refusal = self._refusal(pending, offer["reason"])  # type: ignore[arg-type]
         if refusal is not None:
             return refusal
-        if any(c.chunk_type == _HPDS for c in self._captures):
+        if self._captures.awaited(_HPDS):
             return Reject(pending.call, "conflict", f"a heap dump of {host.name} is under way")
         if offer["mode"] == "file":
             if request.device_path is None:
@@ -318,7 +291,7 @@ class Profiling:
             pending.deadline = now + host.settings.capture
             return None
         pending.owns.append(host.ask(ddm.HeapDumpStreamRequest(), self, "heap dump"))
-        self._captures.append(_Capture(pending, _HPDS))
+        self._captures.expect(pending, _HPDS)
         pending.deadline = now + host.settings.capture
         return None
 
@@ -330,9 +303,9 @@ class Profiling:
         call = pending.call
         request = pending.request
         refused = next((o for o in pending.owns if o.refused()), None)
-        capture = next((c for c in self._captures if c.pending is pending), None)
+        capture = self._captures.of(pending)
         if refused is not None:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             judgement = refused.judgement
             assert judgement is not None
             if judgement.answer is Answer.FAILED:
@@ -366,7 +339,7 @@ class Profiling:
         return None
 
     def _settle_stop(
-        self, pending: PendingCall, capture: _Capture | None, now: float
+        self, pending: PendingCall, capture: AwaitedFile | None, now: float
     ) -> Outcome | None:
         host = self._host
         call = pending.call
@@ -380,20 +353,20 @@ class Profiling:
             self._trace_off()
             return Resolve(call, {"device_file": self.trace_path})
         if capture.done:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             if capture.short:
                 return Reject(call, "failed", f"{host.name} sent a cut-short trace")
             self._trace_off()
             return Resolve(call, {"bytes": capture.size})
         if now >= pending.deadline:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             self._trace_off()
             what = "stopped sending its trace for" if capture.started else "sent no trace within"
             return Reject(call, "timed_out", f"{host.name} {what} {host.settings.capture:g} s")
         return None
 
     def _settle_dump(
-        self, pending: PendingCall, capture: _Capture | None, now: float
+        self, pending: PendingCall, capture: AwaitedFile | None, now: float
     ) -> Outcome | None:
         host = self._host
         call = pending.call
@@ -408,16 +381,16 @@ class Profiling:
             assert isinstance(request, DumpHprof)
             return Resolve(call, {"device_file": request.device_path})
         if capture.done:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             if capture.short:
                 return Reject(call, "failed", f"{host.name} sent a cut-short heap dump")
             return Resolve(call, {"bytes": capture.size})
         if now >= pending.deadline and capture.started:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             message = f"{host.name} stopped sending its heap dump for {host.settings.capture:g} s"
             return Reject(call, "timed_out", message)
         if now >= pending.deadline:
-            self._drop_capture(capture)
+            self._captures.forget(capture)
             host.model.unsupported.setdefault(
                 "HPDS", f"no heap dump arrived within {host.settings.capture:g} s"
             )
@@ -460,75 +433,6 @@ class Profiling:
 
     def _trace_off(self) -> None:
         self.trace_state, self.trace_mode = "off", None
-
-    def _drop_capture(self, capture: _Capture | None) -> None:
-        if capture is not None and capture in self._captures:
-            self._captures.remove(capture)
-
-    # ------------------------------------------------------------------ the pushed files
-
-    def _waiting_capture(self, chunk_type: int) -> _Capture | None:
-        return next(
-            (c for c in self._captures if c.chunk_type == chunk_type and not c.started), None
-        )
-
-    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> bool:
-        """A whole pushed chunk (the first built-in handler, ``handlers.BuiltinHandler``): the
-        file a capture waits for? Then it is passed on, and taken from the model (True)."""
-        capture = self._waiting_capture(chunk_type)
-        if capture is None:
-            return False
-        capture.started = capture.done = True
-        capture.size = len(data)
-        self._host.emit(Capture(capture.pending.call, data, last=True))
-        return True
-
-    def push_piece(self, data: bytes, first: bool, last: bool, now: float) -> list[Command]:
-        """A piece of a DDM push too large to hold (the router's relay): the chunk header is
-        read from the first bytes; the data of a file some capture waits for is passed on as
-        it comes, anything else is dropped (logged once per push)."""
-        if first or self._large is None:
-            self._large = _LargePush(bytearray())
-        large = self._large
-        out: list[Command] = []
-        if large.capture is None and not large.discarded:
-            large.head += data
-            if len(large.head) < _CHUNK_HEADER.size:
-                data = b""
-            else:
-                chunk_type, length = _CHUNK_HEADER.unpack_from(large.head)
-                data = bytes(large.head[_CHUNK_HEADER.size :])
-                large.head = bytearray()
-                capture = self._waiting_capture(chunk_type)
-                if capture is None:
-                    large.discarded = True
-                    out.append(
-                        Log(
-                            "ddm.push_discarded",
-                            fields={"type": ddm.type_name(chunk_type), "length": length},
-                        )
-                    )
-                else:
-                    capture.started = True
-                    large.capture, large.remaining = capture, length
-        capture = large.capture
-        if capture is not None:
-            take = data[: large.remaining]
-            large.remaining -= len(take)
-            capture.size += len(take)
-            # Data flows: the file may take as long as it needs, but a stall still times out.
-            capture.pending.deadline = now + self._host.settings.capture
-            finished = large.remaining == 0 or last
-            if take or finished:
-                out.append(Capture(capture.pending.call, take, last=finished))
-            if finished and not capture.done:
-                capture.done = True
-                capture.short = large.remaining > 0
-                large.capture = None
-                large.discarded = True  # anything after the file's chunk is not ours
-        if last:
-            self._large = None
-        return out
 
 
 def _android12(model: VmModel) -> bool:

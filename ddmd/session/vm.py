@@ -16,7 +16,8 @@ The session composes parts; each owns its state and sees the session through ``S
 (``host.py``), which the session implements (nine members), never the session itself:
 
     calls.py         Calls         API calls under way; heap segments kept on for a heap dump
-    profiling.py     Profiling     tracing, allocations, HPROF, kill; the files a call waits for
+    profiling.py     Profiling     tracing, allocations, HPROF, kill
+    capture.py       Captures      the files profiling calls wait for, passed on as they come
     conversation.py  Conversation  HELO, FEAT, THEN, heap info; the VM's HELO/FEAT answers
     poll.py          ThreadPoll    THST (or the JDWP thread list) while someone watches
     jvmthreads.py    JvmThreads    a plain JVM's thread list over JDWP
@@ -33,9 +34,10 @@ A DDM push, hop by hop:
 
     router.vm_command ─on_push─▶ VmSession (``_on_push``: split into chunks)
         ─▶ HandlerHost.dispatch (handlers.py): the built-in handlers in order, then the plugins
-            ─▶ Profiling.handle_raw: the file a call waits for (a trace, a heap dump)? Captured.
+            ─▶ Captures.handle_raw (capture.py): a file a profiling call waits for (a trace, a
+               heap dump)? Passed on, and taken.
             ─▶ ModelFeed.handle_raw (feed.py): decoded, applied to ``VmModel``
-    a push too large to hold ─on_push_piece─▶ VmSession ─▶ Profiling.push_piece
+    a push too large to hold ─on_push_piece─▶ VmSession ─▶ Captures.push_piece
 
 The DDM conversation: HELO (a JDWP error means a plain JVM: one VirtualMachine.Version, then
 nothing of ddmd's own), FEAT, THEN, heap info at every GC and now, THST polled at a fixed rate
@@ -60,6 +62,7 @@ from ddmd.protocol.expect import expectation
 from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import DDM_COMMAND, CommandPacket, CommandSet, ReplyPacket
 from ddmd.session.calls import Calls
+from ddmd.session.capture import Captures
 from ddmd.session.commands import Changed, Command, Log, Publish, WakeMeAt
 from ddmd.session.conversation import Conversation
 from ddmd.session.ddmshare import DdmShare, Switch
@@ -149,9 +152,10 @@ class VmSession:
         self._touched = False  # something of ddmd's own happened (not only the relay)
         # The parts (vm.py's docstring). ddmd's model takes the VM's pushes through the same
         # dispatch as the plugins, first: a capture a call waits for, then the model.
+        self.captures = Captures(self)
         self.feed = ModelFeed(self, self.router.attached)
-        self.profiling = Profiling(self)
-        self.handlers = HandlerHost(vm_id, handlers, self, builtin=(self.profiling, self.feed))
+        self.profiling = Profiling(self, self.captures)
+        self.handlers = HandlerHost(vm_id, handlers, self, builtin=(self.captures, self.feed))
         self.jvm_threads = JvmThreads(self)
         self.release = Release(self, self.lifecycle, self.router, self._recycle)
         self.conversation = Conversation(self, self.lifecycle, self.release, self.handlers)
@@ -338,6 +342,7 @@ class VmSession:
         """The connection ends (closed or reopened): every pending request fails at once."""
         self.handlers.disconnected()
         self.router.disconnected()
+        self.captures.drop()
         self.profiling.drop()
         self.poll.drop()
         self.calls.drop(f"{self.name} went away ({why})")
@@ -408,7 +413,7 @@ class VmSession:
 
     def _on_push_piece(self, data: bytes, first: bool, last: bool) -> list[Command]:
         self._touched = True
-        return self.profiling.push_piece(data, first, last, self._now)
+        return self.captures.push_piece(data, first, last, self._now)
 
     # ------------------------------------------------------------------ time
 

@@ -4,8 +4,10 @@ conversations through a whole session.)
 
 ``Begin(call, request)`` starts a profiling call as ``Calls`` hands it over; after every input
 each call under way is settled at the script's time, and how it ends (``Resolve``/``Reject``)
-is in the transcript. ``Pushed(type, data)`` is a whole chunk the VM pushed (the first built-in
-handler's turn); ``Piece(data, first, last)`` a piece of a push too large to hold.
+is in the transcript. The files these calls wait for are caught by the real ``Captures``
+(``capture.py``, tested alone in ``test_capture.py``): ``Pushed(type, data)`` is a whole chunk
+the VM pushed (the first built-in handler's turn); ``Piece(data, first, last)`` a piece of a
+push too large to hold.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from ddmd.protocol import ddm
 from ddmd.protocol.jdwp import CommandSet, VirtualMachineCommand
-from ddmd.session.commands import Capture, Log, Reject, Resolve
+from ddmd.session.capture import Captures
+from ddmd.session.commands import Capture, Reject, Resolve
 from ddmd.session.host import PendingCall
 from ddmd.session.inputs import (
     AllocTracker,
@@ -60,7 +63,8 @@ class Harness:
     def __init__(self, **settings: Any) -> None:
         self.host = FakeHost(settings=SessionSettings(**settings), name=APP)
         self.host.model.ddm = True
-        self.profiling = Profiling(self.host)
+        self.captures = Captures(self.host)
+        self.profiling = Profiling(self.host, self.captures)
         self.calls: dict[int, PendingCall] = {}
         self.now = 0.0
         self.taken: list[bool] = []  # what handle_raw said of each whole push
@@ -71,9 +75,9 @@ class Harness:
             self.calls[item.call] = pending
             self.end(pending, self.profiling.begin(pending, self.now))
         elif isinstance(item, Pushed):
-            self.taken.append(self.profiling.handle_raw(item.chunk_type, item.data, 1))
+            self.taken.append(self.captures.handle_raw(item.chunk_type, item.data, 1))
         elif isinstance(item, Piece):
-            for command in self.profiling.push_piece(item.data, item.first, item.last, self.now):
+            for command in self.captures.push_piece(item.data, item.first, item.last, self.now):
                 self.host.emit(command)
         elif isinstance(item, Tick):
             self.now = item.now
@@ -195,17 +199,6 @@ def test_a_large_heap_dump_is_passed_on_piece_by_piece_and_its_deadline_moves() 
     )
 
 
-def test_a_large_push_nobody_waits_for_is_dropped_and_logged_once() -> None:
-    h = Harness()
-    head = struct.pack(">II", HPDS, len(DUMP))
-    assert (
-        h.book(logs=True)
-        >> Piece(head + DUMP[:40], first=True)
-        << Log("ddm.push_discarded", "info", {"type": "HPDS", "length": len(DUMP)})
-        >> Piece(DUMP[40:], last=True)
-    )
-
-
 def test_the_allocation_tracker_is_switched_and_its_state_read_back() -> None:
     h = Harness()
     assert (
@@ -266,6 +259,7 @@ def test_the_connection_ending_forgets_the_trace_and_the_files_awaited() -> None
     h = Harness()
     tracing(h)
     assert h.book() >> Begin(2, StopTrace()) << Ask(ddm.MethodTraceStreamEnd())
+    h.captures.drop()
     h.profiling.drop()
     assert h.profiling.trace_state == "unknown"
     assert not h.profiling.tracing
