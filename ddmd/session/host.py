@@ -4,11 +4,13 @@ own behalf (``Own``), each carrying the part that asked (its ``Owner``).
 Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO).
 
 The parts of ``VmSession`` (``calls.py``, ``conversation.py``, ``poll.py``, ``profiling.py``,
-``release.py``, ``jvmthreads.py``, ``feed.py``) each own their state and see the session through
-``SessionHost`` alone, never through ``VmSession`` (``bridge.py``'s ``BridgeHost`` is the model).
-A part that asks the VM something gets back an ``Own``; when the VM answers, or the request's
-deadline passes, the session hands the ``Own`` to its owner (``answered``/``expired``): a reply
-goes to whoever asked, by object.
+``capture.py``, ``release.py``, ``jvmthreads.py``, ``feed.py``) each own their state and see the
+session through ``SessionHost``, never through ``VmSession`` (``bridge.py``'s ``BridgeHost`` is
+the model); what else a part works with is handed to it by name when the session composes it:
+the ``Lifecycle``, the router's public API, a sibling part's public methods. A part that asks
+the VM something gets back an ``Own``; when the VM answers, or the request's deadline passes,
+the session hands the ``Own`` to its owner (``answered``/``expired``): a reply goes to whoever
+asked, by object.
 
 Decisions:
 - The ``Own`` itself is the id-map origin of its request: the router gives it back with the
@@ -91,11 +93,6 @@ class Own:
 
     def succeeded(self) -> bool:
         return self.judgement is not None and self.judgement.answer is Answer.DATA
-
-    def chunks(self) -> tuple[ddm.Chunk, ...]:
-        """The answer's chunks (none before an answer, or for one that is not data)."""
-        judgement = self.judgement
-        return () if judgement is None else tuple(judgement.chunks)
 
 
 @dataclass(slots=True)
