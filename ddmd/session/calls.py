@@ -70,7 +70,8 @@ class Calls:
         return self._segment_users > 0
 
     def next_deadline(self) -> float | None:
-        return min((p.deadline for p in self._calls.values()), default=None)
+        calls = self._calls
+        return min([p.deadline for p in calls.values()]) if calls else None
 
     # ------------------------------------------------------------------ a call
 

@@ -432,17 +432,14 @@ class VmSession:
     def _schedule(self, *, again: bool = False) -> None:
         """Ask for a Tick at the earliest deadline of the parts and the id map: when it
         changed, and after every Tick (the driver forgets a wake-up once it has fired)."""
-        times = [
-            t
-            for t in (
-                self.calls.next_deadline(),
-                self.release.next_deadline(),
-                self.router.ids.next_deadline(),
-                self.poll.next_deadline(),
-            )
-            if t is not None
-        ]
-        wake = min(times) if times else None
+        wake = self.router.ids.next_deadline()
+        for t in (
+            self.calls.next_deadline(),
+            self.release.next_deadline(),
+            self.poll.next_deadline(),
+        ):
+            if t is not None and (wake is None or t < wake):
+                wake = t
         if wake is not None and (wake != self._wake or again):
             self._out.append(WakeMeAt(wake))
         self._wake = wake
