@@ -12,8 +12,11 @@ Lifecycle (the one table, ``lifecycle.TRANSITIONS``):
                                    └──────VmConnected────── reconnecting ◀─no ack──────┘
     any state ─VmClosed─▶ closed
 
-The session composes parts; each owns its state and sees the session through ``SessionHost``
-(``host.py``), which the session implements (nine members), never the session itself:
+The session composes parts; each owns its state and sees the session only as a
+``SessionHost`` (``host.py``: nine members, which the session implements); no part imports
+this module. A part is also handed, by name, what else it works with: the ``Lifecycle``, the
+router's public API, a sibling's public methods (the release to the conversation; the poll,
+the conversation and profiling to the calls):
 
     calls.py         Calls         API calls under way; heap segments kept on for a heap dump
     profiling.py     Profiling     tracing, allocations, HPROF, kill

@@ -3,10 +3,13 @@
     host = FakeHost()
     release = Release(host, lifecycle, router, recycle)
     assert (
-        host.book(release_inputs)
-        >> Leave(1, "debugger closed the connection")
+        host.book(feed)  # feed: the test's function that hands an input to the part
+        >> ConsumerLeft(1, "debugger closed the connection")
+        << CloseDebugger(1, "left")
+        << Changed()
         << Ask(ddm.Dbgd(), timeout=1.0)
         >> Answer("DBGD", ddm.Dbgd())
+        << Applied(ddm.Dbgd())
         << Changed()
     )
 
