@@ -266,7 +266,7 @@ class Bridge:
         out += self._send_ops(ops)
         out.insert(
             0,
-            Log(  # a step of the release (the one info line is vm.released, attach.py)
+            Log(  # a step of the release (the one info line is vm.released, release.py)
                 "debugger.released",
                 "debug",
                 {"debugger": debugger, "requests": len(mine), "suspensions": held},

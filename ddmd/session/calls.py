@@ -1,171 +1,164 @@
 """API calls on a VM session: what each ``Call`` asks of the VM and when it is answered.
 
-Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``Calls`` is
-the part of ``VmSession`` that turns a ``Call`` into requests (``_ask``) and, after every input,
-answers the calls whose outcome is known (``_settle``): a reply, the pushes a request causes
-(heap info after a GC, the end of a heap dump), a refusal, or the call's deadline.
+Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). ``Calls`` is the
+part of ``VmSession`` that turns a ``Call`` into requests and, after every input, answers the
+calls whose outcome is known (``settle``): a reply, the pushes a request causes (heap info
+after a GC, the end of a heap dump), a refusal, or the call's deadline. It sees the session
+through ``SessionHost``; the profiling requests it hands to ``Profiling``, which says how each
+ends; a thread refresh to ``ThreadPoll``. It owns the table of calls under way, and the count
+of calls that keep heap segments on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from ddmd.protocol import ddm
-from ddmd.protocol.expect import FEATURE_NAMES, Answer, Expect, Judgement
+from ddmd.protocol.expect import FEATURE_NAMES, Answer
+from ddmd.protocol.jdwp import ReplyPacket
 from ddmd.session.commands import Reject, Resolve
-from ddmd.session.inputs import (
-    AllocTracker,
-    Call,
-    CauseGc,
-    DumpHeap,
-    DumpHprof,
-    GetStack,
-    Kill,
-    RefreshThreads,
-    StartTrace,
-    StopTrace,
-    TraceState,
-)
+from ddmd.session.conversation import Conversation
+from ddmd.session.host import Own, PendingCall, SessionHost, judge_reply, missing, silence
+from ddmd.session.inputs import Call, CauseGc, DumpHeap, GetStack, RefreshThreads
+from ddmd.session.lifecycle import Lifecycle
 from ddmd.session.model import GcOutcome
+from ddmd.session.poll import ThreadPoll
+from ddmd.session.profiling import PROFILING_REQUESTS, Profiling
+from ddmd.session.router import Router
 
-if TYPE_CHECKING:
-    from ddmd.session.vm import VmSession
-
-#: The requests ``Profiling`` (session/profiling.py) works on.
-PROFILING_REQUESTS = (StartTrace, StopTrace, TraceState, AllocTracker, DumpHprof, Kill)
-
-
-class _Self:
-    """The id-map origin of ddmd's own requests."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ddmd"
+__all__ = ["Calls"]
 
 
-SELF = _Self()
+class _StackTraces:
+    """The owner of STKL requests: judged only (the trace stays in the judgement for the call;
+    it is nothing for the model)."""
 
+    def __init__(self, host: SessionHost) -> None:
+        self._host = host
 
-@dataclass(slots=True)
-class Own:
-    """One request of ddmd's own on the wire."""
+    def answered(self, own: Own, packet: ReplyPacket) -> None:
+        judge_reply(self._host, own, packet)
 
-    purpose: str
-    feature: str
-    expect: Expect
-    judgement: Judgement | None = None
-    expired: bool = False
-    seen: int = 0  # a model counter when it was sent (heap info for the probe)
-
-    @property
-    def done(self) -> bool:
-        return self.judgement is not None or self.expired
-
-    def refused(self) -> bool:
-        return self.judgement is not None and self.judgement.answer in (
-            Answer.FAILED,
-            Answer.REFUSED,
-        )
-
-    def succeeded(self) -> bool:
-        return self.judgement is not None and self.judgement.answer is Answer.DATA
-
-
-@dataclass(slots=True)
-class PendingCall:
-    """One API call being worked on."""
-
-    call: int
-    request: object
-    deadline: float
-    seen: int = 0
-    owns: list[Own] = field(default_factory=list)
+    def expired(self, own: Own) -> None:
+        silence(self._host, own)
 
 
 class Calls:
     """The API-call part of a ``VmSession``: turns each ``Call`` into requests, settles it."""
 
-    def __init__(self, session: VmSession) -> None:
-        self._s = session
+    def __init__(
+        self,
+        host: SessionHost,
+        lifecycle: Lifecycle,
+        router: Router,
+        *,
+        poll: ThreadPoll,
+        conversation: Conversation,
+        profiling: Profiling,
+    ) -> None:
+        self._host = host
+        self._lifecycle = lifecycle
+        self._router = router
+        self._poll = poll
+        self._conversation = conversation
+        self._profiling = profiling
+        self._stacks = _StackTraces(host)
+        self._calls: dict[int, PendingCall] = {}
+        self._segment_users = 0  # calls under way that turned heap segments on
+
+    @property
+    def segments_wanted(self) -> bool:
+        """ddmd itself keeps heap segments on (a heap dump is under way)."""
+        return self._segment_users > 0
+
+    def next_deadline(self) -> float | None:
+        calls = self._calls
+        return min([p.deadline for p in calls.values()]) if calls else None
+
+    # ------------------------------------------------------------------ a call
 
     def _gate(self, feature: str) -> str | None:
         """Why ``feature`` cannot be asked for now (a sentence), or None."""
-        if self._s.model.ddm is False or feature in self._s.model.unsupported:
+        model = self._host.model
+        if model.ddm is False or feature in model.unsupported:
             return "unsupported"
         kind = ddm.ChunkType.__members__.get(feature)
         needs = FEATURE_NAMES.get(kind) if kind is not None else None
-        if needs is not None and self._s.model.features and needs not in self._s.model.features:
-            self._s._mark_unsupported(feature, f"its feature list lacks {needs!r}")
+        if needs is not None and model.features and needs not in model.features:
+            self._host.mark_unsupported(feature, f"its feature list lacks {needs!r}")
             return "unsupported"
-        if self._s.state in ("closed", "connecting", "reconnecting"):
+        if self._lifecycle.offline:
             return "gone"
         return None
 
-    def _call(self, item: Call, now: float) -> None:
+    def call(self, item: Call, now: float) -> None:
+        host = self._host
         request = item.request
-        pending = PendingCall(item.call, request, now + self._s.settings.ddm_request)
-        self._s._calls[item.call] = pending
+        pending = PendingCall(item.call, request, now + host.settings.ddm_request)
+        self._calls[item.call] = pending
         if isinstance(request, PROFILING_REQUESTS):
-            if self._s.state in ("closed", "connecting", "reconnecting"):
-                self._reject(pending, "gone", f"{self._s.name} is not connected", now)
-            else:
-                self._s.profiling._call_profiling(pending, now)
+            if self._lifecycle.offline:
+                self._reject(pending, "gone", f"{host.name} is not connected", now)
+                return
+            outcome = self._profiling.begin(pending, now)
+            if outcome is not None:
+                self._finish(pending, outcome, now)
             return
         if isinstance(request, RefreshThreads):
-            self._s._lease_until = now + self._s.settings.thread_lease
-            if self._s.model.ddm is False and self._s.identified and self._s.router.ready:
-                pending.owns.append(self._s.jvm_threads.poll(now))  # a plain JVM: over JDWP
-            elif (
-                self._s.model.ddm
-                and "THST" not in self._s.model.unsupported
-                and self._s.router.ready
-            ):
-                if self._s._thst is None or self._s._thst.done:
-                    self._s._thst = self._s._ask(ddm.ThreadStatusRequest(), "thst", "THST", now)
-                pending.owns.append(self._s._thst)
+            own = self._poll.refresh(now)
+            if own is not None:
+                pending.owns.append(own)
             return
         feature = {CauseGc: "HPGC", GetStack: "STKL", DumpHeap: "HPSG"}[type(request)]
         refusal = self._gate(feature)
         if refusal is not None:
             message = (
-                self._s.missing(feature)
+                missing(host, feature)
                 if refusal == "unsupported"
-                else f"{self._s.name} is not connected"
+                else f"{host.name} is not connected"
             )
             self._reject(pending, refusal, message)
             return
+        model, settings = host.model, host.settings
         if isinstance(request, GetStack):
             pending.owns.append(
-                self._s._ask(ddm.StackTraceRequest(request.thread_id), "stkl", "STKL", now)
+                host.ask(ddm.StackTraceRequest(request.thread_id), self._stacks, "stack trace")
             )
         elif isinstance(request, CauseGc):
-            pending.seen = self._s.model.heap_info_seq
-            heap_info = self._s.settings.heap_info and "HPIF" not in self._s.model.unsupported
-            if heap_info and not self._s._heap_info_subscribed:
-                self._s._ask(
-                    ddm.HeapInfoRequest(2), "hpif-next", "HPIF", now
-                )  # info at the next GC
+            pending.seen = model.heap_info_seq
+            heap_info = settings.heap_info and "HPIF" not in model.unsupported
+            if heap_info and not self._conversation.heap_info_subscribed:
+                host.ask(ddm.HeapInfoRequest(2), self, "heap info at the next GC")
             if not heap_info:
-                pending.deadline = now + min(
-                    self._s.settings.ddm_request, self._s.settings.quiet_confirm
-                )
-            pending.owns.append(self._s._ask(ddm.GcRequest(), "gc", "HPGC", now))
+                pending.deadline = now + min(settings.ddm_request, settings.quiet_confirm)
+            pending.owns.append(host.ask(ddm.GcRequest(), self, "gc"))
         elif isinstance(request, DumpHeap):
-            pending.seen = self._s.model.heap_end_seq
-            self._s._segment_users += 1
-            pending.owns.append(
-                self._s._ask(ddm.HeapSegmentRequest(1, 0), "segments-on", "HPSG", now)
-            )
-            pending.owns.append(self._s._ask(ddm.GcRequest(), "gc", "HPGC", now))
+            pending.seen = model.heap_end_seq
+            self._segment_users += 1
+            pending.owns.append(host.ask(ddm.HeapSegmentRequest(1, 0), self, "segments on"))
+            pending.owns.append(host.ask(ddm.GcRequest(), self, "gc"))
 
-    def _settle(self, now: float) -> None:
+    # ------------------------------------------------------------------ the owner of its requests
+
+    def answered(self, own: Own, packet: ReplyPacket) -> None:
+        judgement = judge_reply(self._host, own, packet)
+        if judgement.answer is Answer.DATA:
+            # The draft's heap info carried in the reply itself.
+            for chunk in judgement.chunks:
+                self._host.apply(chunk)
+
+    def expired(self, own: Own) -> None:
+        silence(self._host, own)
+
+    # ------------------------------------------------------------------ settling
+
+    def settle(self, now: float) -> None:
         """Answer every call whose outcome is known."""
-        for pending in list(self._s._calls.values()):
+        host = self._host
+        for pending in list(self._calls.values()):
             request = pending.request
             if isinstance(request, PROFILING_REQUESTS):
-                self._s.profiling._settle_profiling(pending, now)
+                outcome = self._profiling.settle(pending, now)
+                if outcome is not None:
+                    self._finish(pending, outcome, now)
                 continue
             refused = next((o for o in pending.owns if o.refused()), None)
             if isinstance(request, RefreshThreads):
@@ -174,76 +167,78 @@ class Calls:
             elif isinstance(request, GetStack):
                 self._settle_stack(pending, now)
             elif refused is not None:
-                self._reject(pending, "unsupported", self._s.missing(refused.feature), now)
+                self._reject(pending, "unsupported", missing(host, refused.feature), now)
             elif isinstance(request, CauseGc):
-                gc = pending.owns[-1]
-                if self._s.model.heap_info_seq > pending.seen:
-                    self._resolve(pending, GcOutcome(True, "heap info"), now)
-                elif gc.succeeded():
-                    self._resolve(pending, GcOutcome(True, "reply"), now)
-                elif now >= pending.deadline:
-                    settings = self._s.settings
-                    why = (
-                        "it does not report heap information"
-                        if "HPIF" in self._s.model.unsupported or not settings.heap_info
-                        else f"no heap information arrived within {settings.ddm_request:g} s"
-                    )
-                    note = f"the VM gave no confirmation: {why}"
-                    self._resolve(pending, GcOutcome(False, None, note), now)
+                self._settle_gc(pending, now)
             elif isinstance(request, DumpHeap):
-                if self._s.model.heap_end_seq > pending.seen:
-                    self._resolve(pending, self._s.model.heap_images, now)
+                if host.model.heap_end_seq > pending.seen:
+                    self._resolve(pending, host.model.heap_images, now)
                 elif now >= pending.deadline:
                     message = (
-                        f"{self._s.name} sent no heap segments within "
-                        f"{self._s.settings.ddm_request:g} s of the GC"
+                        f"{host.name} sent no heap segments within "
+                        f"{host.settings.ddm_request:g} s of the GC"
                     )
                     self._reject(pending, "timed_out", message, now)
 
+    def _settle_gc(self, pending: PendingCall, now: float) -> None:
+        host = self._host
+        gc = pending.owns[-1]
+        if host.model.heap_info_seq > pending.seen:
+            self._resolve(pending, GcOutcome(True, "heap info"), now)
+        elif gc.succeeded():
+            self._resolve(pending, GcOutcome(True, "reply"), now)
+        elif now >= pending.deadline:
+            settings = host.settings
+            why = (
+                "it does not report heap information"
+                if "HPIF" in host.model.unsupported or not settings.heap_info
+                else f"no heap information arrived within {settings.ddm_request:g} s"
+            )
+            note = f"the VM gave no confirmation: {why}"
+            self._resolve(pending, GcOutcome(False, None, note), now)
+
     def _settle_stack(self, pending: PendingCall, now: float) -> None:
+        host = self._host
         (own,) = pending.owns
         if own.expired:
-            self._reject(pending, "unsupported", self._s.missing("STKL"), now)
+            self._reject(pending, "unsupported", missing(host, "STKL"), now)
             return
         judgement = own.judgement
         if judgement is None:
             return
         if judgement.answer is Answer.REFUSED:
-            self._reject(pending, "unsupported", self._s.missing("STKL"), now)
+            self._reject(pending, "unsupported", missing(host, "STKL"), now)
         elif judgement.answer is Answer.FAILED:
-            self._reject(
-                pending,
-                "failed",
-                f"{self._s.name} could not give a stack trace: {judgement.reason}",
-                now,
-            )
+            message = f"{host.name} could not give a stack trace: {judgement.reason}"
+            self._reject(pending, "failed", message, now)
         elif judgement.answer is Answer.MALFORMED:
             self._reject(
-                pending,
-                "failed",
-                f"{self._s.name} sent a malformed answer ({judgement.reason})",
-                now,
+                pending, "failed", f"{host.name} sent a malformed answer ({judgement.reason})", now
             )
         else:
             trace = next((c for c in judgement.chunks if isinstance(c, ddm.StackTrace)), None)
             if trace is None:
-                self._reject(pending, "failed", f"{self._s.name} sent no stack trace", now)
+                self._reject(pending, "failed", f"{host.name} sent no stack trace", now)
             else:
                 self._resolve(pending, trace, now)
 
-    def _finish(self, pending: PendingCall, now: float | None) -> None:
-        self._s._calls.pop(pending.call, None)
-        if isinstance(pending.request, DumpHeap) and pending.owns:  # owns: it turned them on
-            self._s._segment_users -= 1
-            if self._s._segment_users == 0 and self._s.router.ready and now is not None:
-                self._s._ask(ddm.HeapSegmentRequest(0, 0), "segments-off", "HPSG", now)
+    def drop(self, message: str) -> None:
+        """The connection ended: every call under way fails (``gone``)."""
+        for pending in list(self._calls.values()):
+            self._reject(pending, "gone", message)
 
     def _resolve(self, pending: PendingCall, value: object, now: float) -> None:
-        self._finish(pending, now)
-        self._s._out.append(Resolve(pending.call, value))
+        self._finish(pending, Resolve(pending.call, value), now)
 
     def _reject(
         self, pending: PendingCall, kind: str, message: str, now: float | None = None
     ) -> None:
-        self._finish(pending, now)
-        self._s._out.append(Reject(pending.call, kind, message))
+        self._finish(pending, Reject(pending.call, kind, message), now)
+
+    def _finish(self, pending: PendingCall, outcome: Resolve | Reject, now: float | None) -> None:
+        self._calls.pop(pending.call, None)
+        if isinstance(pending.request, DumpHeap) and pending.owns:  # owns: it turned them on
+            self._segment_users -= 1
+            if self._segment_users == 0 and self._router.ready and now is not None:
+                self._host.ask(ddm.HeapSegmentRequest(0, 0), self, "segments off")
+        self._host.emit(outcome)

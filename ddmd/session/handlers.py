@@ -49,11 +49,11 @@ class HandlerLike(Protocol):
 
 
 class BuiltinHandler(Protocol):
-    """ddmd's own handler of pushed chunks (its model of the VM): given the raw chunk type."""
+    """ddmd's own handler of pushed chunks (a capture a call waits for, its model of the VM):
+    given the raw chunk type. True: the chunk is taken, the built-in handlers after it do not
+    get it (the plugins still do)."""
 
-    name: str
-
-    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> None: ...
+    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -142,10 +142,12 @@ class HandlerHost:
         *,
         builtin: Sequence[BuiltinHandler] = (),
     ) -> None:
-        """``builtin``: ddmd's own handlers (its model of the VM), first in every dispatch,
-        given every push from the first byte (plugins only once the VM is identified); a bug
-        in one of them is ddmd's and is not caught here."""
+        """``builtin``: ddmd's own handlers (a capture, then its model of the VM), first in
+        every dispatch, in order until one takes the chunk, given every push from the first
+        byte (plugins only once the VM is identified); a bug in one of them is ddmd's and is
+        not caught here."""
         self._contexts: list[_Context] = []
+        self._handler: dict[_Context, HandlerLike] = {}  # each context's handler
         self._by_type: dict[int, list[_Context]] = {}
         self._everything: list[_Context] = []
         self._by_origin: dict[HandlerOrigin, _Context] = {}
@@ -155,6 +157,7 @@ class HandlerHost:
             origin = HandlerOrigin(handler.name)
             context = _Context(vm_id, handler, origin, sink)
             self._contexts.append(context)
+            self._handler[context] = handler
             self._by_origin[origin] = context
             for name in handler.chunk_types:
                 if name == "*":
@@ -165,11 +168,11 @@ class HandlerHost:
 
     def names(self) -> list[str]:
         """The plugins' names (not ddmd's own handlers)."""
-        return [c._handler.name for c in self._contexts]
+        return [self._handler[c].name for c in self._contexts]
 
     def context(self, name: str) -> _Context | None:
         for c in self._contexts:
-            if c._handler.name == name:
+            if self._handler[c].name == name:
                 return c
         return None
 
@@ -201,7 +204,8 @@ class HandlerHost:
         """Pushed chunks (type, data), in order, each to the handlers of its type."""
         for chunk_type, data in chunks:
             for own in self._builtin:
-                own.handle_raw(chunk_type, data, msg_id)
+                if own.handle_raw(chunk_type, data, msg_id):
+                    break
             targets = self._targets.get(chunk_type)
             if targets is None:
                 # In registration order, each handler once.
@@ -236,7 +240,10 @@ class HandlerHost:
             chunks = ddm.split_chunks(packet.data)
         except ProtocolError as exc:
             self._sink.handler_log(
-                "ddm.chunk_malformed", "warning", handler=context._handler.name, error=str(exc)
+                "ddm.chunk_malformed",
+                "warning",
+                handler=self._handler[context].name,
+                error=str(exc),
             )
             return
         if not chunks:
@@ -263,7 +270,7 @@ class HandlerHost:
         )
 
     def _call(self, context: _Context, what: str, call: Callable[[HandlerLike], None]) -> None:
-        handler = context._handler
+        handler = self._handler[context]
         context.live = True
         try:
             call(handler)

@@ -2,9 +2,10 @@
 connection: what jstack's first lines give, polled like THST.
 
 Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` (sans-IO). A part of
-``VmSession``; only ever used when the VM answered HELO with a JDWP error (``model.ddm is
-False``): a VM that speaks DDM never gets a non-DDM packet from ddmd (ART would load its
-debugger agent).
+``VmSession`` that sees it through ``SessionHost`` (its requests go out with ``send_jdwp`` under
+its own origin, ``JVM_THREADS``, and the session hands their replies back here); only ever used
+when the VM answered HELO with a JDWP error (``model.ddm is False``): a VM that speaks DDM
+never gets a non-DDM packet from ddmd (ART would load its debugger agent).
 
 One poll:
 
@@ -23,18 +24,14 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.expect import Answer, Expect, Judgement
 from ddmd.protocol.idmap import Pending
 from ddmd.protocol.jdwp import IdSizes, ReplyPacket
-from ddmd.session.calls import Own
 from ddmd.session.commands import Changed
+from ddmd.session.host import Own, SessionHost
 from ddmd.session.model import ThreadSnapshot
-
-if TYPE_CHECKING:
-    from ddmd.session.vm import VmSession
 
 __all__ = ["JDWP_STATES", "JVM_THREADS", "JvmThreads"]
 
@@ -72,8 +69,8 @@ class _Poll:
 class JvmThreads:
     """The poll's state for one connection."""
 
-    def __init__(self, session: VmSession) -> None:
-        self._s = session
+    def __init__(self, host: SessionHost) -> None:
+        self._host = host
         self.reset()
 
     def reset(self) -> None:
@@ -89,26 +86,24 @@ class JvmThreads:
 
     # ------------------------------------------------------------------ a poll
 
-    def poll(self, now: float) -> Own:
+    def poll(self) -> Own:
         """Start a poll unless one is under way; the Own that ends with it."""
         if self._poll is not None and not self._poll.own.done:
             return self._poll.own
-        own = Own("jvm-threads", "THREADS", Expect.REPLY)
+        own = Own(None, "jvm threads", "THREADS", Expect.REPLY)  # ended by the poll's replies
         self._poll = _Poll(own)
         self.polls += 1
         if self._sizes is None:
-            self._ask("sizes", 0, _VM, _ID_SIZES, b"", now)
+            self._ask("sizes", 0, _VM, _ID_SIZES, b"")
         else:
-            self._ask("all", 0, _VM, _ALL_THREADS, b"", now)
+            self._ask("all", 0, _VM, _ALL_THREADS, b"")
         return own
 
-    def _ask(self, what: str, obj: int, cmd_set: int, cmd: int, data: bytes, now: float) -> None:
-        deadline = now + self._s.settings.ddm_request
-        vm_id, send = self._s.router.send_own(JVM_THREADS, cmd_set, cmd, data, deadline)
+    def _ask(self, what: str, obj: int, cmd_set: int, cmd: int, data: bytes) -> None:
+        vm_id = self._host.send_jdwp(JVM_THREADS, cmd_set, cmd, data)
         self._asked[vm_id] = (what, obj)
         if self._poll is not None:
             self._poll.waiting.add(vm_id)
-        self._s._out.append(send)
 
     def _object(self, obj: int) -> bytes:
         assert self._sizes is not None
@@ -127,11 +122,10 @@ class JvmThreads:
         what, obj = asked
         if poll is not None:
             poll.waiting.discard(pending.vm_id)
-        now = self._s._now
         try:
-            self._take(what, obj, packet, now)
+            self._take(what, obj, packet)
         except (ProtocolError, ValueError, struct.error) as exc:
-            self._s._log("vm.protocol_error", "warning", error=f"thread list: {exc}")
+            self._host.log("vm.protocol_error", "warning", error=f"thread list: {exc}")
         if poll is not None and not poll.waiting and not poll.own.done:
             self._finish(poll)
 
@@ -147,7 +141,7 @@ class JvmThreads:
         if not poll.waiting and not poll.own.done:
             self._finish(poll)
 
-    def _take(self, what: str, obj: int, packet: ReplyPacket, now: float) -> None:
+    def _take(self, what: str, obj: int, packet: ReplyPacket) -> None:
         poll = self._poll
         if packet.error_code:
             if what in ("sizes", "all") and poll is not None:
@@ -160,9 +154,9 @@ class JvmThreads:
         data = packet.data
         if what == "sizes":
             self._sizes = IdSizes.decode(data)
-            self._ask("all", 0, _VM, _ALL_THREADS, b"", now)
+            self._ask("all", 0, _VM, _ALL_THREADS, b"")
         elif what == "all" and poll is not None:
-            self._all_threads(poll, data, now)
+            self._all_threads(poll, data)
         elif what == "status" and poll is not None:
             status, suspend = struct.unpack(">ii", data[:8])
             poll.status[obj] = (status, suspend)
@@ -174,14 +168,14 @@ class JvmThreads:
             self._group_of[obj] = group
             if group and group not in self._group_names:
                 self._group_names[group] = ""
-                self._ask("group-name", group, _GROUP, _GROUP_NAME, self._object(group), now)
+                self._ask("group-name", group, _GROUP, _GROUP_NAME, self._object(group))
         elif what == "group-name":
             self._group_names[obj] = _jstring(data)
 
     def _object_size(self) -> int:
         return 8 if self._sizes is None else self._sizes.object_id
 
-    def _all_threads(self, poll: _Poll, data: bytes, now: float) -> None:
+    def _all_threads(self, poll: _Poll, data: bytes) -> None:
         size = self._object_size()
         (count,) = _INT.unpack_from(data)
         if count < 0 or 4 + count * size > len(data):
@@ -192,15 +186,15 @@ class JvmThreads:
         poll.threads = threads
         for thread in threads:
             self._refs[thread] += 1
-            self._ask("status", thread, _THREAD, _STATUS, self._object(thread), now)
+            self._ask("status", thread, _THREAD, _STATUS, self._object(thread))
             poll.status[thread] = (1, 0)  # until its Status arrives
             if thread not in self._names:
                 self._names[thread] = ""
-                self._ask("name", thread, _THREAD, _NAME, self._object(thread), now)
-                self._ask("group", thread, _THREAD, _THREAD_GROUP, self._object(thread), now)
-        self._dispose_dead(set(threads), now)
+                self._ask("name", thread, _THREAD, _NAME, self._object(thread))
+                self._ask("group", thread, _THREAD, _THREAD_GROUP, self._object(thread))
+        self._dispose_dead(set(threads))
 
-    def _dispose_dead(self, alive: set[int], now: float) -> None:
+    def _dispose_dead(self, alive: set[int]) -> None:
         """Hand back the ids of threads that died (with the count this connection received)."""
         dead = [t for t in self._names if t not in alive]
         if not dead:
@@ -210,7 +204,7 @@ class JvmThreads:
             body += self._object(thread) + _INT.pack(self._refs.pop(thread, 1))
             self._names.pop(thread, None)
             self._group_of.pop(thread, None)
-        self._ask("dispose", 0, _VM, _DISPOSE, bytes(body), now)
+        self._ask("dispose", 0, _VM, _DISPOSE, bytes(body))
 
     def _finish(self, poll: _Poll) -> None:
         if poll.own.judgement is None:
@@ -230,11 +224,11 @@ class JvmThreads:
                 state=JDWP_STATES.get(state, str(state)),
                 suspended=bool(suspend & _SUSPENDED),
             )
-        model = self._s.model
+        model = self._host.model
         if table != model.threads or not model.threads_known:
             model.threads = table
             model.threads_known = True
-            self._s._out.append(Changed())
+            self._host.emit(Changed())
 
     def group_name(self, thread: int) -> str | None:
         group = self._group_of.get(thread)

@@ -4,13 +4,43 @@ Layer: standard library, ``ddmd.protocol`` and ``ddmd.session`` only. No sockets
 logging: ``handle(input, now)`` returns the commands to carry out (``commands.py``), and time
 arrives as a value.
 
-Lifecycle (the one table, ``TRANSITIONS``):
+Lifecycle (the one table, ``lifecycle.TRANSITIONS``):
 
     connecting ─VmConnected─▶ identifying ─identified─▶ ready ─last debugger left─▶ releasing
                                    ▲                      ▲                            │
                                    │                      └──────DBGD acknowledged─────┤
                                    └──────VmConnected────── reconnecting ◀─no ack──────┘
     any state ─VmClosed─▶ closed
+
+The session composes parts; each owns its state and sees the session only as a
+``SessionHost`` (``host.py``: nine members, which the session implements); no part imports
+this module. A part is also handed, by name, what else it works with: the ``Lifecycle``, the
+router's public API, a sibling's public methods (the release to the conversation; the poll,
+the conversation and profiling to the calls):
+
+    calls.py         Calls         API calls under way; heap segments kept on for a heap dump
+    profiling.py     Profiling     tracing, allocations, HPROF, kill
+    capture.py       Captures      the files profiling calls wait for, passed on as they come
+    conversation.py  Conversation  HELO, FEAT, THEN, heap info; the VM's HELO/FEAT answers
+    poll.py          ThreadPoll    THST (or the JDWP thread list) while someone watches
+    jvmthreads.py    JvmThreads    a plain JVM's thread list over JDWP
+    release.py       Release       consumers joining, waiting and leaving; DBGD or a reconnect
+    feed.py          ModelFeed     the VM's chunks applied to the model (``model.py``)
+
+``handle`` dispatches each input on its class to the part it concerns, then lets the calls
+settle and the poll run, and asks for a ``Tick`` at the earliest of the parts' deadlines
+(``next_deadline``). A request ddmd sends on its own is an ``Own`` carrying its owner (the
+part that asked); it is also the request's id-map origin, so the router's ``on_reply`` (and an
+expiry) goes straight to ``own.owner``.
+
+A DDM push, hop by hop:
+
+    router.vm_command ─on_push─▶ VmSession (``_on_push``: split into chunks)
+        ─▶ HandlerHost.dispatch (handlers.py): the built-in handlers in order, then the plugins
+            ─▶ Captures.handle_raw (capture.py): a file a profiling call waits for (a trace, a
+               heap dump)? Passed on, and taken.
+            ─▶ ModelFeed.handle_raw (feed.py): decoded, applied to ``VmModel``
+    a push too large to hold ─on_push_piece─▶ VmSession ─▶ Captures.push_piece
 
 The DDM conversation: HELO (a JDWP error means a plain JVM: one VirtualMachine.Version, then
 nothing of ddmd's own), FEAT, THEN, heap info at every GC and now, THST polled at a fixed rate
@@ -26,31 +56,23 @@ API calls (``Call``) are answered with ``Resolve``/``Reject``:
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import LocalProtocolError, ProtocolError
 from ddmd.protocol.expect import expectation
-from ddmd.protocol.jdwp import (
-    DDM_COMMAND,
-    CommandPacket,
-    CommandSet,
-)
-from ddmd.session.attach import Attachments
-from ddmd.session.calls import SELF, Calls, Own, PendingCall
-from ddmd.session.commands import (
-    Changed,
-    CloseDebugger,
-    Command,
-    Log,
-    Publish,
-    WakeMeAt,
-)
+from ddmd.protocol.idmap import Pending
+from ddmd.protocol.jdwp import DDM_COMMAND, CommandPacket, CommandSet, ReplyPacket
+from ddmd.session.calls import Calls
+from ddmd.session.capture import Captures
+from ddmd.session.commands import Changed, Command, Log, Publish, WakeMeAt
 from ddmd.session.conversation import Conversation
 from ddmd.session.ddmshare import DdmShare, Switch
+from ddmd.session.feed import ModelFeed
 from ddmd.session.handlers import HandlerHost, HandlerLike, HandlerOrigin
+from ddmd.session.host import Own, Owner
+from ddmd.session.host import missing as missing_of
 from ddmd.session.inputs import (
     Call,
     ConsumerBytes,
@@ -64,32 +86,20 @@ from ddmd.session.inputs import (
     VmConnected,
 )
 from ddmd.session.jvmthreads import JvmThreads
-from ddmd.session.model import UNNAMED, DebuggerSnapshot, Note, VmModel, VmSnapshot
-from ddmd.session.profiling import Profiling, _Capture, _LargePush
-from ddmd.session.router import Router
+from ddmd.session.lifecycle import TRANSITIONS, Lifecycle
+from ddmd.session.model import UNNAMED, DebuggerSnapshot, VmModel, VmSnapshot
+from ddmd.session.poll import ThreadPoll
+from ddmd.session.profiling import Profiling
+from ddmd.session.release import Release
+from ddmd.session.router import Router, RouterStatistics
 from ddmd.session.settings import SessionSettings
-from ddmd.session.words import missing_sentence, words
+from ddmd.session.words import words
 
 __all__ = ["TRANSITIONS", "SessionSettings", "VmSession"]
 
-#: (state, what happened) -> next state. Anything else is a bug (LocalProtocolError).
-TRANSITIONS: dict[tuple[str, str], str] = {
-    ("connecting", "connected"): "identifying",
-    ("identifying", "identified"): "ready",
-    ("ready", "last debugger left"): "releasing",
-    ("releasing", "acknowledged"): "ready",
-    ("releasing", "no acknowledgement"): "reconnecting",
-    ("reconnecting", "connected"): "identifying",
-    ("identifying", "closed"): "closed",
-    ("ready", "closed"): "closed",
-    ("releasing", "closed"): "closed",
-    ("reconnecting", "closed"): "closed",
-    ("connecting", "closed"): "closed",
-}
-
 
 class VmSession:
-    """One VM's state machine, DDM conversation, model and routing table."""
+    """One VM's lifecycle, parts, model and routing table (``SessionHost`` of its parts)."""
 
     def __init__(
         self,
@@ -112,11 +122,10 @@ class VmSession:
         self.process_pid = process_pid
         self.process_name = process_name
         self.settings = s = settings or SessionSettings()
-        self.state = "connecting"
+        self.lifecycle = Lifecycle(vm_id)
         self.model = VmModel(expected_pid=expected_pid, max_inflated=s.max_inflated)
-        self.conversation = Conversation(self)
         self.router = Router(
-            on_reply=self.conversation._on_reply,
+            on_reply=self._on_reply,
             on_push=self._on_push,
             on_push_piece=self._on_push_piece,
             max_packet=s.max_packet,
@@ -137,38 +146,31 @@ class VmSession:
         # ``send`` writes the packet before the bookkeeping (``Router.relay_from_vm``).
         self.relay_vm = self.router.relay_from_vm
         self.relay_debugger = self.router.relay_from_debugger
-        # The VM's own HELO and FEAT answers, for consumers that ask again (ddmshare.py).
-        self.hello: ddm.HeloReply | None = None
-        self.feat: ddm.FeatReply | None = None
-        self.allocs_on = False  # ddmd itself turned the allocation tracker on
-        self.identified = False
-        self.connected_at: float | None = None
-        # ddmd's own model of the VM (identity, thread table, heap info and segments) takes
-        # the VM's pushes through the same dispatch as the plugins, first.
-        self._captures: list[_Capture] = []
-        self._large: _LargePush | None = None
-        self.trace_state = "unknown"  # "off", "method", "sampling" once known
-        self.trace_mode: str | None = None  # "streaming" or "file" while tracing
-        self.trace_path: str | None = None
-        self.handlers = HandlerHost(vm_id, handlers, self, builtin=(_ModelHandler(self),))
-        self._handler_view = handler_view or dataclasses.asdict
-        self._out: list[Command] = []
-        self._own: dict[int, Own] = {}
-        self._calls: dict[int, PendingCall] = {}
-        self._heap_info_subscribed = False
-        self._segment_users = 0
-        self._lease_until = -math.inf
-        self._next_poll: float | None = None
-        self._thst: Own | None = None
-        self._waits: dict[int, float] = {}  # debugger -> deadline of its wait for the VM
-        self._wake: float | None = None
-        self._now = 0.0
-        self._touched = False
+        self.connected_at: float | None = None  # set by the driver (wall clock)
         self.reconnects = 0
-        self.calls = Calls(self)
-        self.profiling = Profiling(self)
-        self.attach = Attachments(self)
+        self._handler_view = handler_view or dataclasses.asdict
+        self._out: list[Command] = []  # the commands of the input being handled
+        self._now = 0.0
+        self._wake: float | None = None
+        self._touched = False  # something of ddmd's own happened (not only the relay)
+        # The parts (vm.py's docstring). ddmd's model takes the VM's pushes through the same
+        # dispatch as the plugins, first: a capture a call waits for, then the model.
+        self.captures = Captures(self)
+        self.feed = ModelFeed(self, self.router.attached)
+        self.profiling = Profiling(self, self.captures)
+        self.handlers = HandlerHost(vm_id, handlers, self, builtin=(self.captures, self.feed))
         self.jvm_threads = JvmThreads(self)
+        self.release = Release(self, self.lifecycle, self.router, self._recycle)
+        self.conversation = Conversation(self, self.lifecycle, self.release, self.handlers)
+        self.poll = ThreadPoll(self, self.lifecycle, self.router, self.jvm_threads)
+        self.calls = Calls(
+            self,
+            self.lifecycle,
+            self.router,
+            poll=self.poll,
+            conversation=self.conversation,
+            profiling=self.profiling,
+        )
 
     # ------------------------------------------------------------------ the one entry point
 
@@ -191,56 +193,82 @@ class VmSession:
             commands, leaving = self.router.debugger_data(item.consumer, item.data)
             out += commands
             if leaving is not None:
-                self.attach._debugger_leaves(item.consumer, leaving, now)
+                self.release.leave(item.consumer, leaving)
             elif self.router.attached_count > attached_before:
-                self.attach._attached(item.consumer)
+                self.release.attached(item.consumer)
             elif self.router.handshakes > handshakes_before:
-                self._out.append(Changed())  # a consumer that speaks DDM only, listed now
+                out.append(Changed())  # a consumer that speaks DDM only, listed now
             elif not self._touched:
                 self._out = []  # the relay's fast lane, as for VmBytes
                 return out
         elif isinstance(item, Tick):
             self._tick(now)
         elif isinstance(item, Call):
-            self.calls._call(item, now)
+            self.calls.call(item, now)
         elif isinstance(item, VmConnected):
             self._connected(item, now)
         elif isinstance(item, ConsumerJoined):
-            self.attach._debugger_joins(item, now)
+            self.release.join(item, now)
         elif isinstance(item, ConsumerNamed):
-            consumer = self.router.consumers.by_id.get(item.consumer)
-            if consumer is not None:
-                consumer.tool = item.tool
-                self._out.append(Changed())
+            self.release.named(item.consumer, item.tool)
         elif isinstance(item, ConsumerLeft):
-            self.attach._debugger_leaves(item.consumer, item.reason, now)
+            self.release.leave(item.consumer, item.reason)
         elif isinstance(item, VmClosed):
             self._closed(item.reason)
         else:
             raise LocalProtocolError(f"VmSession cannot handle {item!r}")
-        self.calls._settle(now)
-        self.conversation._poll(now)
+        self.calls.settle(now)
+        self.poll.poll(now)
         self._schedule(again=isinstance(item, Tick))
         self._out = []
         return out
+
+    # ------------------------------------------------------------------ read by the driver
+
+    @property
+    def state(self) -> str:
+        """Where the session is in ``TRANSITIONS``."""
+        return self.lifecycle.state
+
+    @property
+    def identified(self) -> bool:
+        return self.lifecycle.identified
+
+    @property
+    def trace_state(self) -> str:
+        """The trace's state: unknown, off, method or sampling (``Profiling``)."""
+        return self.profiling.trace_state
+
+    def id_sizes(self) -> bytes | None:
+        """The VM's IDSizes reply, once a debugger asked for it."""
+        return self.router.cached_id_sizes()
+
+    def router_statistics(self) -> RouterStatistics:
+        return self.router.statistics()
+
+    def profiling_offer(self) -> dict[str, dict[str, object]]:
+        """Which profiling features this VM offers, and why not (``Profiling``)."""
+        return self.profiling.profiling_offer()
+
+    # ------------------------------------------------------------------ what ddmshare asks
 
     def _own_wants(self, switch: Switch) -> bool:
         """Whether ddmd itself keeps a VM-wide DDM switch on (ddmshare.py)."""
         if switch is Switch.THREADS:
             return self.model.ddm is True and "THEN" not in self.model.unsupported
         if switch is Switch.HEAP_INFO:
-            return self._heap_info_subscribed
+            return self.conversation.heap_info_subscribed
         if switch is Switch.HEAP_SEGMENTS:
-            return self._segment_users > 0
+            return self.calls.segments_wanted
         if switch is Switch.ALLOCATIONS:
-            return self.allocs_on
+            return self.profiling.allocs_on
         if switch is Switch.TRACING:
-            return self.trace_state in ("method", "sampling")
+            return self.profiling.tracing
         return False
 
     def _known_hello(self) -> bytes | None:
         """The VM's HELO answer, with the names it reported since (APNM)."""
-        hello = self.hello
+        hello = self.conversation.hello
         if hello is None:
             return None
         m = self.model
@@ -250,46 +278,56 @@ class VmSession:
         return ddm.encode_chunk(dataclasses.replace(hello, **changes))
 
     def _known_features(self) -> bytes | None:
-        return None if self.feat is None else ddm.encode_chunk(self.feat)
+        feat = self.conversation.feat
+        return None if feat is None else ddm.encode_chunk(feat)
 
-    def profiling_offer(self) -> dict[str, dict[str, object]]:
-        """Which profiling features this VM offers, and why not (``Profiling``)."""
-        return self.profiling.profiling_offer()
+    # ------------------------------------------------------------------ SessionHost
 
-    # ------------------------------------------------------------------ the relay lane
+    def emit(self, command: Command) -> None:
+        self._out.append(command)
 
-    def _goto(self, what: str) -> None:
-        try:
-            self.state = TRANSITIONS[(self.state, what)]
-        except KeyError:
-            raise LocalProtocolError(
-                f"{self.vm_id}: {what!r} cannot happen in {self.state!r}"
-            ) from None
-
-    def _log(self, event: str, level: str = "info", **fields: object) -> None:
+    def log(self, event: str, level: str = "info", **fields: object) -> None:
         self._out.append(Log(event, level, dict(fields)))
 
-    def _notes(self, notes: list[Note]) -> None:
-        for note in notes:
-            self._out.append(Log(note.event, note.level, dict(note.fields)))
+    def ask(self, chunk: ddm.Chunk, owner: Owner, what: str, *, timeout: float = 0.0) -> Own:
+        chunk_type = int(chunk.chunk_type)
+        own = Own(owner, what, ddm.type_name(chunk_type), expectation(chunk_type))
+        packet = ddm.ddm_command(0, chunk)
+        deadline = self._now + (timeout or self.settings.ddm_request)
+        _, send = self.router.send_own(
+            own, packet.command_set, packet.command, packet.data, deadline
+        )
+        self._out.append(send)
+        return own
+
+    def send_jdwp(self, origin: Hashable, command_set: int, command: int, data: bytes) -> int:
+        deadline = self._now + self.settings.ddm_request
+        vm_id, send = self.router.send_own(origin, command_set, command, data, deadline)
+        self._out.append(send)
+        return vm_id
+
+    def mark_unsupported(self, feature: str, why: str) -> None:
+        if self.model.mark_unsupported(feature, why):
+            self.log("vm.feature_unsupported", feature=feature, what=words(feature), reason=why)
+            self._out.append(Changed())
+
+    def apply(self, chunk: ddm.Chunk) -> None:
+        self.feed.apply(chunk)
 
     # ------------------------------------------------------------------ the VM connection
 
     def _connected(self, item: VmConnected, now: float) -> None:
         reopened = self.state == "reconnecting"
-        self._goto("connected")
+        self.lifecycle.goto("connected")
         self.connected_at = now
         self.model.forget_threads()
         self.jvm_threads.reset()
-        self._heap_info_subscribed = False
         if reopened:
             self.reconnects += 1
-            self._log("vm.reconnected", "debug")  # a step of a release (attach.py)
+            self.log("vm.reconnected", "debug")  # a step of a release (release.py)
         self._out += self.router.connected()
-        for debugger in list(self._waits):
-            if debugger in self.router.connected_consumers():
-                self.attach._attached(debugger)
-        self.conversation._identify(now)
+        self.release.connection_usable()
+        self.conversation.identify()
         if item.leftover:
             self._out += self.router.vm_data(item.leftover)
         self._out.append(Changed())
@@ -297,28 +335,20 @@ class VmSession:
     def _closed(self, reason: str) -> None:
         if self.state == "closed":
             return
-        self._goto("closed")
-        self._drop_own("the VM disconnected")
-        consumers = self.router.connected_consumers()
-        for debugger in consumers:
-            self._log("debugger.detached", debugger=debugger, reason="the VM disconnected")
-        for debugger in dict.fromkeys((*consumers, *self._waits)):
-            self._out.append(CloseDebugger(debugger, "the VM disconnected"))
-        self._waits.clear()
-        self._log("vm.disconnected", reason=reason)
+        self.lifecycle.goto("closed")
+        self._recycle("the VM disconnected")
+        self.release.vm_gone()
+        self.log("vm.disconnected", reason=reason)
         self._out.append(Changed())
 
-    def _drop_own(self, why: str) -> None:
+    def _recycle(self, why: str) -> None:
         """The connection ends (closed or reopened): every pending request fails at once."""
         self.handlers.disconnected()
         self.router.disconnected()
-        self._captures.clear()
-        self._large = None
-        self.trace_state, self.trace_mode = "unknown", None
-        self._own.clear()
-        self._thst = None
-        for pending in list(self._calls.values()):
-            self.calls._reject(pending, "gone", f"{self.name} went away ({why})")
+        self.captures.drop()
+        self.profiling.drop()
+        self.poll.drop()
+        self.calls.drop(f"{self.name} went away ({why})")
 
     # ------------------------------------------------------------------ names
 
@@ -332,36 +362,13 @@ class VmSession:
         for name in (self.model.package, self.model.app):
             if name and name not in UNNAMED:
                 return f"{self.device or 'local'}|{name}"
-        if self.identified and self.model.ddm is not True:
+        if self.lifecycle.identified and self.model.ddm is not True:
             return f"{self.device or 'local'}|{self.address}"
         return None
 
     def missing(self, feature: str) -> str:
-        return missing_sentence(
-            self.name, feature, self.model.unsupported.get(feature, ""), ddm=self.model.ddm
-        )
-
-    def _mark_unsupported(self, feature: str, why: str) -> None:
-        if self.model.mark_unsupported(feature, why):
-            self._log("vm.feature_unsupported", feature=feature, what=words(feature), reason=why)
-            self._out.append(Changed())
-
-    # ------------------------------------------------------------------ ddmd's own requests
-
-    def _ask(self, chunk: ddm.Chunk, purpose: str, feature: str, now: float) -> Own:
-        packet = ddm.ddm_command(0, chunk)
-        deadline = now + self.settings.ddm_request
-        if purpose == "dbgd":
-            deadline = now + self.settings.dbgd_ack
-        vm_id, send = self.router.send_own(
-            SELF, packet.command_set, packet.command, packet.data, deadline
-        )
-        own = Own(purpose, feature, expectation(int(chunk.chunk_type)))
-        self._own[vm_id] = own
-        self._out.append(send)
-        return own
-
-    # ------------------------------------------------------------------ identification
+        """The sentence for a user: what the VM lacks and why."""
+        return missing_of(self, feature)
 
     # ------------------------------------------------------------------ chunk handlers' side
 
@@ -374,7 +381,7 @@ class VmSession:
         return vm_id
 
     def handler_log(self, event: str, level: str, **fields: object) -> None:
-        self._log(event, level, **fields)
+        self.log(event, level, **fields)
 
     def handler_publish(self, name: str, value: Any) -> None:
         self._out.append(Publish(name, value))
@@ -382,62 +389,60 @@ class VmSession:
     def handler_snapshot(self) -> dict[str, Any]:
         return self._handler_view(self.snapshot())
 
-    # ------------------------------------------------------------------ pushes
+    # ------------------------------------------------------------------ from the router
+
+    def _on_reply(self, pending: Pending, packet: ReplyPacket) -> list[Command]:
+        """A reply to a command of ddmd's own: to whoever asked."""
+        self._touched = True
+        origin = pending.origin
+        if type(origin) is Own:
+            if origin.owner is not None:
+                origin.owner.answered(origin, packet)
+        elif self.jvm_threads.owns(pending):
+            self.jvm_threads.reply(pending, packet)
+        elif self.handlers.owns(pending):
+            self.handlers.reply(pending, packet)
+        return []
 
     def _on_push(self, packet: CommandPacket) -> list[Command]:
         self._touched = True
         try:
             chunks = ddm.split_chunks(packet.data)
         except ProtocolError as exc:
-            self._log("ddm.chunk_malformed", "warning", error=str(exc), id=packet.id)
+            self.log("ddm.chunk_malformed", "warning", error=str(exc), id=packet.id)
             return []
-        self.handlers.dispatch(chunks, packet.id)  # ddmd's model first (_ModelHandler)
+        self.handlers.dispatch(chunks, packet.id)  # a capture, ddmd's model, then the plugins
         return []
 
     def _on_push_piece(self, data: bytes, first: bool, last: bool) -> list[Command]:
         self._touched = True
-        return self.profiling.push_piece(data, first, last)
+        return self.captures.push_piece(data, first, last, self._now)
 
     # ------------------------------------------------------------------ time
 
     def _tick(self, now: float) -> None:
         for entry in self.router.ids.expire(now):
-            if self.handlers.owns(entry):
+            origin = entry.origin
+            if type(origin) is Own:
+                if origin.owner is not None:
+                    origin.owner.expired(origin)
+            elif self.handlers.owns(entry):
                 self.handlers.expired(entry)
-                continue
-            if self.jvm_threads.owns(entry):
+            elif self.jvm_threads.owns(entry):
                 self.jvm_threads.expired(entry)
-                continue
-            own = self._own.pop(entry.vm_id, None)
-            if own is not None:
-                self.conversation._expired(own)
-                if own.purpose == "hpif-now":
-                    self.conversation._check_heap_probe(own)
-                if own is self._thst:
-                    self._thst = None
-        for debugger, deadline in list(self._waits.items()):
-            if now >= deadline:
-                del self._waits[debugger]
-                self.router.debugger_left(debugger)  # closed here: no ConsumerLeft will follow
-                self._log(
-                    "debugger.rejected",
-                    "warning",
-                    debugger=debugger,
-                    reason=f"{self.vm_id} did not come back within [timeouts] reconnect",
-                )
-                self._out.append(CloseDebugger(debugger, "the VM did not come back"))
+        self.release.expire(now)
 
     def _schedule(self, *, again: bool = False) -> None:
-        """Ask for a Tick at the earliest deadline: when it changed, and after every Tick
-        (the driver forgets a wake-up once it has fired)."""
-        times = [p.deadline for p in self._calls.values()]
-        times += self._waits.values()
-        deadline = self.router.ids.next_deadline()
-        if deadline is not None:
-            times.append(deadline)
-        if self._next_poll is not None:
-            times.append(self._next_poll)
-        wake = min(times) if times else None
+        """Ask for a Tick at the earliest deadline of the parts and the id map: when it
+        changed, and after every Tick (the driver forgets a wake-up once it has fired)."""
+        wake = self.router.ids.next_deadline()
+        for t in (
+            self.calls.next_deadline(),
+            self.release.next_deadline(),
+            self.poll.next_deadline(),
+        ):
+            if t is not None and (wake is None or t < wake):
+                wake = t
         if wake is not None and (wake != self._wake or again):
             self._out.append(WakeMeAt(wake))
         self._wake = wake
@@ -486,17 +491,3 @@ class VmSession:
             unsupported_reasons=tuple(sorted(m.unsupported.items())),
             debuggers=debuggers,
         )
-
-
-class _ModelHandler:
-    """ddmd's own chunk handler: every chunk the VM pushes (thread notices, heap info, heap
-    segments, names, WAIT) reaches the session's model through the handler host, the same
-    dispatch the plugins of ``ddmd.ext`` get, ahead of them and from the first byte."""
-
-    name = "ddmd"
-
-    def __init__(self, session: VmSession) -> None:
-        self._session = session
-
-    def handle_raw(self, chunk_type: int, data: bytes, msg_id: int) -> None:
-        self._session.conversation._pushed(chunk_type, data, msg_id)
