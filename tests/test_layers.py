@@ -59,16 +59,6 @@ FLOORS: Final[Mapping[str, int]] = {
 #: empties this set (`test_the_circles_being_broken_are_still_there` says when).
 CIRCLES_BEING_BROKEN: Final[frozenset[frozenset[str]]] = frozenset(
     {
-        frozenset(
-            {
-                "ddmd.session.vm",
-                "ddmd.session.calls",
-                "ddmd.session.conversation",
-                "ddmd.session.profiling",
-                "ddmd.session.attach",
-                "ddmd.session.jvmthreads",
-            }
-        ),
         frozenset({"ddmd.session.router", "ddmd.session.intake", "ddmd.session.pieces"}),
         frozenset({"ddmd.drive.ddms", "ddmd.drive.jvmtools"}),
     }
