@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import structlog
 
@@ -32,9 +32,7 @@ from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.inputs import ConsumerBytes, VmBytes
-
-if TYPE_CHECKING:
-    from ddmd.session.vm import VmSession
+from ddmd.session.vm import VmSession
 
 __all__ = ["WRITTEN", "LaneCounts", "Left", "Relay"]
 

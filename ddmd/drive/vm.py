@@ -168,7 +168,6 @@ class VmDriver:
         self._vm_id = vm_id
         self._config = config
         self._registry = registry
-        self._ports = ports
         self._session = VmSession(
             vm_id,
             source=source,
@@ -486,20 +485,19 @@ class VmDriver:
         await self._profiling.wait_room()  # the disk is behind: let TCP slow the VM down
 
     async def _vm_read_rest(self, data: bytes | None, later: Sequence[Command] = ()) -> str | None:
-        """A VM read the relay thread hands to the event loop (``VmRest``): ``data`` the
-        session has not seen yet (b"": the end), ``later`` commands the thread left; then the
-        writes. Why the connection ends, or None."""
+        """A VM read the relay thread hands to the event loop (``VmRest``): b"" at the end of
+        the stream, else the commands it left; then the writes. Why the connection ends, or
+        None."""
         if data == b"":
             return self._feed_vm(VmBytes(b"")) or "eof"
         if later:
             self._relay.carry_out(list(later))
-        broken = None if data is None else self._feed_vm(VmBytes(data))
         if self._writes.dirty and not self._writes.write_now():
             await self._flush(reads=self._vm)
-        elif data is None and not later:
+        elif not later:
             await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
         await self._profiling.wait_room()  # the disk is behind: let TCP slow the VM down
-        return broken
+        return None
 
     def _feed_vm(self, item: VmConnected | VmBytes) -> str | None:
         """Feed bytes from the VM; a broken packet header ends the connection (returns why)."""

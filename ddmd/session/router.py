@@ -230,7 +230,7 @@ class Router:
         self.bridge.reset()
         out: list[Command] = []
         for number in self.consumers.waiting:
-            out += self.intake._complete_handshake(number)
+            out += self.intake.complete_handshake(number)
         self.consumers.waiting.clear()
         return out
 
