@@ -99,7 +99,8 @@ class ThreadLane:
         lock, clock = step_lock(), trio.lowlevel.current_clock()
         try:
             return await run_in_thread(
-                poller, lambda: self._loop(poller, plain, lock, clock, vm_rest, debugger_rest)
+                poller,
+                lambda: self._loop(poller, plain, lock, clock.current_time, vm_rest, debugger_rest),
             )
         finally:
             self._poller = None
@@ -140,7 +141,7 @@ class ThreadLane:
         poller: Poller,
         vm_sock: AnySocket,
         lock: threading.Lock,
-        clock: trio.abc.Clock,
+        now: Callable[[], float],
         vm_rest: VmRest,
         debugger_rest: DebuggerRest,
     ) -> str | None:
@@ -168,7 +169,7 @@ class ThreadLane:
                 if fd == vm_fd:
                     with lock:
                         try:
-                            step = vm_read(vm_sock, clock)
+                            step = vm_read(vm_sock, now)
                         except _ProtocolError as exc:
                             return str(exc)
                         if step is None and not debuggers:
@@ -186,7 +187,7 @@ class ThreadLane:
                     if member is None:
                         handed_over = True
                         continue  # handed back meanwhile
-                    handed = debugger_read(member, clock)
+                    handed = debugger_read(member, now)
                     if handed is None and not debuggers:
                         return None
                 expect = looking.on
@@ -208,7 +209,7 @@ class ThreadLane:
     # ------------------------------------------------------------------ one read each
 
     def _vm_read(
-        self, sock: AnySocket, clock: trio.abc.Clock
+        self, sock: AnySocket, now: Callable[[], float]
     ) -> tuple[bytes | None, Sequence[Command]] | None:
         """One read of the VM's socket, holding the step lock; what is left for the event loop
         (``VmRest``'s arguments), or None. Raises OSError when the socket failed."""
@@ -223,7 +224,7 @@ class ThreadLane:
         if not data:
             return b"", []
         try:
-            left = self._relay.from_vm(data, clock.current_time, False)
+            left = self._relay.from_vm(data, now, False)
         except RemoteProtocolError as exc:
             self._relay.log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
             raise _ProtocolError(f"protocol error: {exc}") from exc
@@ -234,7 +235,7 @@ class ThreadLane:
         return None, left
 
     def _debugger_read(
-        self, member: _Member, clock: trio.abc.Clock
+        self, member: _Member, now: Callable[[], float]
     ) -> tuple[bytes | None, Sequence[Command]] | None:
         """One read of a debugger's socket, holding the step lock; what is left for the event
         loop (``DebuggerRest``'s arguments), or None."""
@@ -254,7 +255,7 @@ class ThreadLane:
             return b"", []
         if not data:
             return b"", []
-        left = self._relay.from_debugger(debugger.number, data, clock.current_time, False)
+        left = self._relay.from_debugger(debugger.number, data, now, False)
         if type(left) is not list:  # the common case: all done in the thread
             self._relay.counts.relayed += 1
             return None

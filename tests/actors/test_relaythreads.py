@@ -504,16 +504,16 @@ async def test_a_relayed_packet_whose_receiver_is_gone_is_dropped_in_the_thread(
     session = _LaneSession()
     relay = relay_of(session, writes)
     lane = ThreadLane(relay, debuggers)
-    clock = trio.lowlevel.current_clock()
+    now = trio.lowlevel.current_clock().current_time
     vm_peer.sendall(b"reply for a debugger that left")
-    assert lane._vm_read(vm_sock, clock) is None  # dropped: nothing for the event loop
+    assert lane._vm_read(vm_sock, now) is None  # dropped: nothing for the event loop
     member = SimpleNamespace(debugger=debugger, sock=dbg_sock, stop=False, error=None)
     dbg_peer.sendall(b"command while the VM is gone")
-    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert lane._debugger_read(member, now) is None  # type: ignore[arg-type]
     assert written == []
     vm_outbox[0] = outbox  # the VM is back: the next command is written at once
     dbg_peer.sendall(b"next command")
-    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert lane._debugger_read(member, now) is None  # type: ignore[arg-type]
     assert written == [b"next command"]
     assert (relay.counts.relayed, relay.counts.handed) == (3, 0)
     assert session.committed == 3
