@@ -26,8 +26,6 @@ until its deadline. Only a write that may have sent part of a packet breaks a co
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -42,7 +40,6 @@ from ddmd.config import Config
 from ddmd.drive.captures import CaptureResult
 from ddmd.drive.core import Core
 from ddmd.drive.debugger import (
-    DIRECT_SEND_LIMIT,
     DebuggerConnection,
     Outbox,
     OutboxBroken,
@@ -54,8 +51,10 @@ from ddmd.drive.ports import VmPorts
 from ddmd.drive.profiling import Profiling
 from ddmd.drive.relay import Left, Relay
 from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
+from ddmd.drive.timer import Timer
+from ddmd.drive.waiters import Waiters
 from ddmd.drive.writes import PendingWrites
-from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.errors import RemoteProtocolError
@@ -77,14 +76,11 @@ from ddmd.session.commands import (
 )
 from ddmd.session.consumers import DEBUGGER, FRONT, ConsumerKind
 from ddmd.session.inputs import (
-    Call,
     CauseGc,
     DumpHeap,
     GetStack,
     Input,
     RefreshThreads,
-    Request,
-    Tick,
     VmBytes,
     VmClosed,
     VmConnected,
@@ -96,16 +92,6 @@ log = structlog.get_logger("ddmd.vm")
 VM_WRITE_OVERDUE = "a write to the VM took too long"
 #: Bytes that may wait for the VM to read them before its connection counts as stuck.
 VM_BUDGET = 64 << 20
-#: How often the watchdog looks at writes while debuggers are attached (seconds).
-WATCHDOG_PERIOD = DIRECT_SEND_LIMIT / 2
-
-_ERRORS: dict[str, type[Exception]] = {
-    "unsupported": FeatureUnsupported,
-    "timed_out": RequestTimedOut,
-    "failed": DdmFailed,
-    "gone": VmGone,
-    "conflict": WrongState,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +102,6 @@ class VmStatistics:
     bytes_out: int
     requests_timed_out: int
     outstanding: int
-
-
-@dataclass(slots=True, eq=False)
-class _CallWaiter:
-    event: trio.Event
-    value: Any = None
-    error: Exception | None = None
 
 
 def settings_from(config: Config) -> SessionSettings:
@@ -188,12 +167,10 @@ class VmDriver:
         self._conn_scope: trio.CancelScope | None = None
         self._reconnect = False
         self._closed_reason: str | None = None
-        self._calls: dict[int, _CallWaiter] = {}
-        self._call_ids = itertools.count(1)
-        self._wake_at = math.inf
-        self._timer_changed = trio.Event()
-        self._sleeping_until = -math.inf
         self._writes = writes = PendingWrites({}, lambda: self._vm)
+        self._waiters = Waiters(
+            feed=self._feed, flush=self._flush, nursery=lambda: self._nursery, writes=writes
+        )
         self._relay = relay = Relay(
             self._session, writes, logger=self._log, in_loop=self._in_loop, on_full=self._full
         )
@@ -206,11 +183,12 @@ class VmDriver:
             feed=self._feed,
             carry_out=relay.carry_out,
             flush=self._flush,
-            ask=self._ask,
-            next_call=self._call_ids.__next__,
+            ask=self._waiters.ask,
+            next_call=self._waiters.next_call,
             nursery=lambda: self._nursery,
             log=self._log,
         )
+        self._timer = Timer(core, watching=self._writing, watchdog=self._watchdog)
         self._debuggers = Debuggers(
             core,
             self._session,
@@ -221,7 +199,7 @@ class VmDriver:
             writes=writes,
             relay=relay,
             lane=self._lane,
-            wake_timer=self._timer_changed_set,
+            wake_timer=self._timer.wake,
         )
         self._profiling = Profiling(
             core,
@@ -285,25 +263,25 @@ class VmDriver:
 
     async def refresh_threads(self) -> VmSnapshot:
         with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed):
-            await self._ask(RefreshThreads())
+            await self._waiters.ask(RefreshThreads())
         return self.snapshot()
 
     async def cause_gc(self) -> GcOutcome:
         if self.jvm.applies():  # a plain JVM: GC.run through the attach API
             return await self.jvm.cause_gc()
-        outcome = await self._ask(CauseGc())
+        outcome = await self._waiters.ask(CauseGc())
         assert isinstance(outcome, GcOutcome)
         return outcome
 
     async def stack_trace(self, thread_id: int) -> StackTrace:
         if self.jvm.applies():  # a plain JVM: its thread dump (Thread.print)
             return await self.jvm.stack_trace(thread_id)
-        trace = await self._ask(GetStack(thread_id))
+        trace = await self._waiters.ask(GetStack(thread_id))
         assert isinstance(trace, StackTrace)
         return trace
 
     async def heap_segments(self) -> tuple[HeapImage, ...]:
-        images = await self._ask(DumpHeap())
+        images = await self._waiters.ask(DumpHeap())
         assert isinstance(images, tuple)
         return images
 
@@ -355,24 +333,6 @@ class VmDriver:
         snapshot = self.snapshot()
         return snapshot.package or snapshot.app
 
-    async def _ask(self, request: Request, *, number: int | None = None) -> object:
-        """One API call: fed to the session; its answer comes with a later input (a reply, a
-        push, a Tick at the call's deadline). A caller that is cancelled leaves the call to
-        expire in the session; it never writes to a socket itself."""
-        number = next(self._call_ids) if number is None else number
-        waiter = _CallWaiter(trio.Event())
-        self._calls[number] = waiter
-        try:
-            self._feed(Call(number, request))
-            if self._writes.dirty and self._nursery is not None:
-                self._nursery.start_soon(self._flush)  # written by a task of the driver's own
-            await waiter.event.wait()
-        finally:
-            self._calls.pop(number, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.value
-
     # ------------------------------------------------------------------ lifecycle
 
     async def run(
@@ -391,7 +351,7 @@ class VmDriver:
             try:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(self._timer)
+                    nursery.start_soon(self._timer.run)
                     task_status.started()
                     reason = await self._connection(stream, leftover)
                     while self._reconnect:
@@ -407,10 +367,7 @@ class VmDriver:
                 return reason
             finally:
                 self._nursery = None
-                for waiter in self._calls.values():
-                    if not waiter.event.is_set():
-                        waiter.error = VmGone(f"{self._vm_id} is gone")
-                        waiter.event.set()
+                self._waiters.fail_all(VmGone(f"{self._vm_id} is gone"))
                 self._registry.remove(self._vm_id)
 
     async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
@@ -508,30 +465,9 @@ class VmDriver:
             return f"protocol error: {exc}"
         return None
 
-    async def _timer(self) -> None:
-        """Ticks at the times the session asks for; and, while debuggers are attached or a
-        write to the VM is under way, the watchdog of writes that take too long."""
-        while True:
-            wake = self._wake_at
-            if self._debuggers.table or (self._vm is not None and self._vm.busy):
-                # A write is (or may soon be) under way: look at it a few times a second. A
-                # write of ddmd's own always comes with a request deadline, so the timer is
-                # awake to see it even when no debugger is attached.
-                wake = min(wake, trio.current_time() + WATCHDOG_PERIOD)
-            changed = self._timer_changed = trio.Event()
-            self._sleeping_until = wake
-            with trio.move_on_at(wake):
-                await changed.wait()
-            self._sleeping_until = -math.inf  # awake: a new WakeMeAt needs no wake-up call
-            if changed.is_set():
-                continue
-            now = trio.current_time()
-            await self._watchdog(now)
-            if now >= self._wake_at:
-                self._wake_at = math.inf  # the session asks again (WakeMeAt) after every Tick
-                self._feed(Tick(now))
-                if self._writes.dirty:
-                    await self._flush()
+    def _writing(self) -> bool:
+        """A write is (or may soon be) under way: the timer's watchdog looks at it."""
+        return bool(self._debuggers.table) or (self._vm is not None and self._vm.busy)
 
     async def _watchdog(self, now: float) -> None:
         """Close a stream whose write is overdue: the write then fails in the task doing it."""
@@ -548,9 +484,6 @@ class VmDriver:
                     await vm.stream.aclose()
 
     # ------------------------------------------------------------------ ask, then act
-
-    def _timer_changed_set(self) -> None:
-        self._timer_changed.set()
 
     def _feed(self, item: Input) -> None:
         """Hand one input to the session and carry out its commands (no await in between:
@@ -578,17 +511,9 @@ class VmDriver:
             else:
                 self._registry.changed(self._vm_id)
         elif isinstance(command, WakeMeAt):
-            self._wake_at = command.when
-            if command.when < self._sleeping_until:  # earlier than the timer sleeps until
-                self._timer_changed.set()
+            self._timer.wake_me_at(command.when)
         elif isinstance(command, Resolve | Reject):
-            waiter = self._calls.get(command.call)
-            if waiter is not None and not waiter.event.is_set():
-                if isinstance(command, Resolve):
-                    waiter.value = command.value
-                else:
-                    waiter.error = _ERRORS[command.kind](command.message)
-                waiter.event.set()
+            self._waiters.settle(command)
         elif isinstance(command, CloseDebugger):
             self._debuggers.close(command.debugger, command.reason)
         elif isinstance(command, SelectMe):
