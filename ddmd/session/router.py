@@ -197,10 +197,6 @@ class Router:
     def is_waiting(self, number: int) -> bool:
         return number in self.consumers.waiting
 
-    def waiting(self) -> tuple[int, ...]:
-        """Consumers whose handshake is held until the VM connection is ready."""
-        return tuple(self.consumers.waiting)
-
     def holders(self) -> list[tuple[str, str]]:
         return self.consumers.holders()
 
