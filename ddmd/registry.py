@@ -121,7 +121,7 @@ class VmHandle(Protocol):
         """Take an accepted debugger connection (sync; the actor runs the session)."""
         ...
 
-    # Method tracing, the allocation tracker, HPROF dumps, kill (drive/ddms.py; the API's
+    # Method tracing, the allocation tracker, HPROF dumps, kill (drive/profiling.py; the API's
     # control/profiling.py). Errors as above, plus WrongState (already tracing, a dump under way).
 
     def profiling(self) -> dict[str, Any]:

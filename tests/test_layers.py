@@ -54,16 +54,6 @@ FLOORS: Final[Mapping[str, int]] = {
     "__main__": 9,  # python -m ddmd (cli)
 }
 
-#: Import circles the session and drive engineers are breaking now (inside ``session/`` and
-#: ``drive/``); `test_no_import_circle` tolerates these and no other. The merge of their work
-#: empties this set (`test_the_circles_being_broken_are_still_there` says when).
-CIRCLES_BEING_BROKEN: Final[frozenset[frozenset[str]]] = frozenset(
-    {
-        frozenset({"ddmd.session.router", "ddmd.session.intake", "ddmd.session.pieces"}),
-        frozenset({"ddmd.drive.ddms", "ddmd.drive.jvmtools"}),
-    }
-)
-
 
 def ddmd_imports(path: Path) -> set[str]:
     """Every ``ddmd...`` name a file imports (module.name), at the top or inside a function."""
@@ -232,16 +222,7 @@ def test_no_import_goes_up_a_floor():
 
 
 def test_no_import_circle():
-    found = circles(import_graph())
-    unknown = [c for c in found if not any(c <= known for known in CIRCLES_BEING_BROKEN)]
-    assert sorted(sorted(c) for c in unknown) == []
-
-
-def test_the_circles_being_broken_are_still_there():
-    # Once a circle is broken, take it out of CIRCLES_BEING_BROKEN: it must not come back.
-    found = circles(import_graph())
-    gone = [known for known in CIRCLES_BEING_BROKEN if not any(c <= known for c in found)]
-    assert sorted(sorted(c) for c in gone) == []
+    assert sorted(sorted(c) for c in circles(import_graph())) == []
 
 
 def test_the_checks_see_an_arrow_up_and_a_circle():

@@ -15,16 +15,28 @@ import datetime as dt
 import os
 import re
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import trio
 
-__all__ = ["HIGH_WATER", "CaptureFile", "capture_name"]
+__all__ = ["HIGH_WATER", "CaptureFile", "CaptureResult", "capture_name"]
 
 #: Bytes queued for the disk before the VM reader waits.
 HIGH_WATER = 8 << 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """A file the VM sent (or the attach API wrote), complete on disk."""
+
+    path: Path
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.path.name, "bytes": self.size}
 
 
 def capture_name(app: str | None, suffix: str, when: dt.datetime | None = None) -> str:

@@ -188,18 +188,6 @@ class Outbox:
         return self.since is not None and now - self.since > self.allowed
 
 
-def send_relayed(outbox: Outbox, data: bytes, dirty: list[Outbox]) -> bool:
-    """Write a packet of the relay lane (`Outbox.send_now`); what the socket did not take is
-    queued and the outbox marked in ``dirty`` for the flush. False when the outbox was not idle
-    and nothing was done: the caller takes the general path, which keeps the order."""
-    written = outbox.send_now(data)
-    if written is None:
-        return False
-    if not written:
-        dirty.append(outbox)
-    return True
-
-
 @dataclass(eq=False)
 class DebuggerConnection:
     """One accepted debugger socket: its outbox, and the scope of its reader task."""

@@ -1,9 +1,9 @@
-"""The VM driver's debugger side: accepting a debugger, its reader task, its departure, and
+"""The VM driver's debuggers: their table, accepting one, its reader task, its departure, and
 the per-VM debugger port.
 
-Layer: trio only; mixed into ``VmDriver`` (drive/vm.py), whose session decides everything (the
-debugger's bytes go to ``VmSession`` through the relay lane or ``handle``; what it answers is
-carried out by the driver's ``_act``).
+Layer: trio only; a part of ``VmDriver`` (drive/vm.py), seen through its ``core.Core``. The
+session decides everything: a debugger's bytes go through ``relay.Relay`` (the relay lane, else
+the session), and what the session answers is carried out by the one executor.
 """
 
 from __future__ import annotations
@@ -12,38 +12,37 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-import structlog
 import trio
 
 from ddmd.config import Config
+from ddmd.drive.core import Core
 from ddmd.drive.debugger import (
     DIRECT_SEND_LIMIT,
     SLOW_CONSUMER,
     DebuggerConnection,
     Outbox,
     OutboxBroken,
-    send_relayed,
 )
 from ddmd.drive.ports import VmPorts, accept_loop, close_with_reason
+from ddmd.drive.relay import Left, Relay
 from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
+from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.registry import VmRegistry
-from ddmd.session.commands import Command, Log, SendToDebugger
+from ddmd.session.commands import Command
 from ddmd.session.consumers import DEBUGGER, FRONT, ConsumerKind
 from ddmd.session.inputs import (
     ConsumerBytes,
     ConsumerJoined,
     ConsumerLeft,
     ConsumerNamed,
-    Input,
 )
 from ddmd.session.model import DebuggerSnapshot
 from ddmd.session.vm import VmSession
 from ddmd.toolnames import peer_process
 
-__all__ = ["DEBUGGER_BUDGET", "DebuggerSide"]
+__all__ = ["DEBUGGER_BUDGET", "Debuggers"]
 
 #: How DDM clients that are not VMs (``ddmd.client``: ``ddmd sysmon``) name their "VM".
 CLIENT_IDENT = "ddmd.client "
@@ -54,49 +53,51 @@ FORWARD_TOOL = "adb forward"
 DEBUGGER_BUDGET = 4 << 20
 
 
-class DebuggerSide:
-    """Mixed into ``VmDriver``: its debuggers and its per-VM port."""
+class Debuggers:
+    """A VM driver's debuggers (``table``, by number; the writes look their outboxes up in it)
+    and its per-VM port (``port`` while it is open)."""
 
-    _session: VmSession
-    _config: Config
-    _registry: VmRegistry
-    _ports: VmPorts | None
-    _nursery: trio.Nursery | None
-    _debuggers: dict[int, DebuggerConnection]
-    _numbers: itertools.count[int]
-    _timer_changed: trio.Event
-    _dirty: list[Outbox]
-    _lane: ThreadLane
-    _write_now: Callable[[], bool]
-    _vm: Outbox | None
-    _port_key: str | None
-    _debugger_port: int | None
-    _slow_debuggers: int
-    _vm_id: str
-    _log: structlog.stdlib.BoundLogger
-
-    if TYPE_CHECKING:  # VmDriver's
-
-        def _feed(self, item: Input) -> None: ...
-
-        def _act(self, command: Command) -> None: ...
-
-        async def _flush(self, *, reads: Outbox | None = None) -> None: ...
-
-        def selection_key(self) -> str | None: ...
+    def __init__(
+        self,
+        core: Core,
+        session: VmSession,
+        *,
+        vm_id: str,
+        config: Config,
+        registry: VmRegistry,
+        ports: VmPorts | None,
+        writes: PendingWrites,
+        relay: Relay,
+        lane: ThreadLane,
+        wake_timer: Callable[[], None],
+    ) -> None:
+        self._core = core
+        self._session = session
+        self._vm_id = vm_id
+        self._config = config
+        self._registry = registry
+        self._ports = ports
+        self._writes = writes
+        self._relay = relay
+        self._lane = lane
+        self._wake_timer = wake_timer
+        self.table: dict[int, DebuggerConnection] = writes.debuggers
+        self._numbers = itertools.count(1)
+        self._port_key: str | None = None
+        self.port: int | None = None
+        self.slow = 0  # debuggers dropped for not reading (``bridge_statistics``)
 
     # ------------------------------------------------------------------ debuggers
 
-    def _debugger_snapshots(self) -> tuple[DebuggerSnapshot, ...]:
-        router = self._session.router
+    def snapshots(self) -> tuple[DebuggerSnapshot, ...]:
+        """The attached debuggers, for the VM's snapshot."""
+        state = self._session.consumer_state
         out = []
-        for d in self._debuggers.values():
-            counts = router.debugger_statistics(d.number)
-            if counts is None or not router.is_attached(d.number):
+        for d in self.table.values():
+            found = state(d.number)
+            if found is None:
                 continue
-            packets_in, packets_out, _, _ = counts
-            held = router.bridge.held_by(d.number)
-            debugging = d.number in router.attached()
+            packets_in, packets_out, held, debugging = found
             out.append(
                 DebuggerSnapshot(
                     d.peer,
@@ -130,13 +131,13 @@ class DebuggerSide:
         tool: str | None = None,
     ) -> None:
         """Take an accepted debugger connection (sync; the driver runs it)."""
-        nursery = self._nursery
+        nursery = self._core.nursery()
         if nursery is None:
             trio.lowlevel.spawn_system_task(close_with_reason, stream)
             return
         number = next(self._numbers)
         if via == "vm-port":
-            port = self._debugger_port
+            port = self.port
         elif via == "current":
             port = self._config.debugger.current_port
         else:
@@ -151,9 +152,9 @@ class DebuggerSide:
             number, stream, peer, via, port, outbox, since=time.time(), tool=tool
         )
         outbox.owner = debugger
-        self._debuggers[number] = debugger
-        self._timer_changed.set()  # the watchdog looks at writes while debuggers are here
-        self._feed(ConsumerJoined(number, via, peer, kind, tool))
+        self.table[number] = debugger
+        self._wake_timer()  # the watchdog looks at writes while debuggers are here
+        self._core.feed(ConsumerJoined(number, via, peer, kind, tool))
         if not debugger.gone:
             nursery.start_soon(self._serve_debugger, debugger)
             if tool is None and isinstance(stream, trio.SocketStream):
@@ -172,110 +173,129 @@ class DebuggerSide:
             return
         debugger.tool = tool
         debugger.pid = found.pid if found is not None else None
-        self._feed(ConsumerNamed(debugger.number, tool))
+        self._core.feed(ConsumerNamed(debugger.number, tool))
 
     async def _serve_debugger(self, debugger: DebuggerConnection) -> None:
         reason = "debugger closed the connection"
         with debugger.scope:
             deadline = trio.current_time() + self._config.timeouts.handshake
-            session = self._session
-            router = session.router
-            sock = socket_of(debugger.stream) if self._lane.applies else None
+            session, lane, relay = self._session, self._lane, self._relay
+            attached, waiting = session.consumer_attached, session.consumer_waiting
+            sock = socket_of(debugger.stream) if lane.applies else None
+            number = debugger.number
             try:
                 while not debugger.gone:
-                    if (
-                        sock is not None
-                        and self._lane.running
-                        and router.is_attached(debugger.number)
-                    ):
+                    if sock is not None and lane.running and attached(number):
                         # The relay lane's thread reads it (threadlane.py) while it runs.
-                        if await self._lane.serve_debugger(debugger, sock):
+                        if await lane.serve_debugger(debugger, sock):
                             break
                         continue
-                    if router.is_attached(debugger.number) or router.is_waiting(debugger.number):
+                    if attached(number) or waiting(number):
                         data = await debugger.stream.receive_some(RECEIVE_SIZE)
                     else:  # the handshake has a deadline; an attached debugger may be idle
                         with trio.move_on_at(deadline) as scope:
                             data = await debugger.stream.receive_some(RECEIVE_SIZE)
                         if scope.cancelled_caught:
-                            self._log.warning(
+                            self._core.log.warning(
                                 Event.DEBUGGER_HANDSHAKE_TIMED_OUT, peer=debugger.peer
                             )
                             reason = "handshake timed out"
                             break
-                    data = bytes(data)  # trio gives bytes: no copy
-                    relayed = session.relay_debugger(debugger.number, data)
-                    later: list[Command] = []
-                    if relayed is not None:
-                        vm = self._vm
-                        if vm is None or not send_relayed(vm, relayed.data, self._dirty):
-                            later.append(relayed)
-                    if await self._debugger_read_rest(
-                        debugger, data if relayed is None else None, later
-                    ):
+                    if not data or debugger.gone:  # the end: the session is told in the rest
+                        if await self.read_rest(debugger, bytes(data), ()):
+                            break
+                        continue
+                    left = relay.from_debugger(number, bytes(data), trio.current_time, True)
+                    if await self._after_read(debugger, left):
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 reason = f"connection error: {exc}"
-        self._leave(debugger, debugger.end_reason or reason)
+        self.leave(debugger, debugger.end_reason or reason)
 
-    async def _debugger_read_rest(
+    async def _after_read(self, debugger: DebuggerConnection, left: Left) -> bool:
+        """A debugger's read in the event loop, after ``Relay.from_debugger``: what is left
+        written (the relay lane's packet: one yield first). True when its reader must stop."""
+        if left is None:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
+        elif left:
+            self._core.carry_out(left)
+        if type(left) is list and self._writes.dirty and not self._writes.write_now():
+            await self._flush_reading(debugger)
+        return debugger.end_reason is not None
+
+    async def read_rest(
         self, debugger: DebuggerConnection, data: bytes | None, later: Sequence[Command]
     ) -> bool:
-        """A debugger's read after the relay lane's try, in the event loop (also for the relay
-        thread): ``data`` the session has not seen yet (b"": the end), ``later`` commands a
-        relay thread left; then the writes. True when its reader must stop."""
+        """A debugger's read the relay thread hands to the event loop (``DebuggerRest``), and
+        a trio reader's end: ``data`` the session has not seen yet (b"": the end), ``later``
+        commands the thread left; then the writes. True when its reader must stop."""
         if debugger.gone:
             return True
-        for command in later:
-            self._act(command)
+        if later:
+            self._core.carry_out(list(later))
         if data is not None:
-            self._feed(ConsumerBytes(debugger.number, data))
-        if self._dirty and not self._write_now():
-            debugger.writing = True
-            try:
-                await self._flush(reads=debugger.outbox)
-            finally:
-                debugger.writing = False
+            self._core.feed(ConsumerBytes(debugger.number, data))
+        if self._writes.dirty and not self._writes.write_now():
+            await self._flush_reading(debugger)
         elif data is None and not later:
             await trio.lowlevel.cancel_shielded_checkpoint()  # design.md: relay lane
         return debugger.end_reason is not None or data == b""
 
-    def _to_debugger(self, relayed: SendToDebugger) -> None:
-        """The relay lane's reply, written at once when the debugger's outbox is idle."""
-        to = self._debuggers.get(relayed.debugger)
-        if to and not to.gone and not send_relayed(to.outbox, relayed.data, self._dirty):
-            self._act(relayed)
+    async def _flush_reading(self, debugger: DebuggerConnection) -> None:
+        debugger.writing = True
+        try:
+            await self._core.flush(reads=debugger.outbox)
+        finally:
+            debugger.writing = False
 
-    def _add_debugger_fields(self, command: Log) -> None:
-        debugger = self._debuggers.get(int(command.fields.get("debugger", 0)))
-        if debugger is not None:
-            command.fields.update(peer=debugger.peer, via=debugger.via, port=debugger.port)
-
-    def _leave(self, debugger: DebuggerConnection, reason: str) -> None:
+    def leave(self, debugger: DebuggerConnection, reason: str) -> None:
         """The debugger's connection is over: tell the session (once) and close it."""
         if not debugger.gone:
             debugger.gone = True
-            self._feed(ConsumerLeft(debugger.number, reason))
+            self._core.feed(ConsumerLeft(debugger.number, reason))
         debugger.end(reason)
-        if self._nursery is not None:
-            self._nursery.start_soon(self._close_debugger, debugger, reason)
+        nursery = self._core.nursery()
+        if nursery is not None:
+            nursery.start_soon(self._close, debugger, reason)
 
-    def _drop_slow(self, debugger: DebuggerConnection, *, waited: float | None = None) -> None:
-        self._slow_debuggers += 1
+    def close(self, number: int, reason: str) -> None:
+        """The session forgot the debugger (``CloseDebugger``): close its connection."""
+        debugger = self.table.get(number)
+        if debugger is not None:
+            debugger.gone = True
+            nursery = self._core.nursery()
+            if nursery is not None:
+                nursery.start_soon(self._close, debugger, reason)
+
+    async def close_all(self, reason: str) -> None:
+        for debugger in list(self.table.values()):
+            await self._close(debugger, reason)
+
+    def drop_slow(self, number: int, *, waited: float | None = None) -> None:
+        """A debugger that does not read what it is sent: dropped (a slow consumer)."""
+        debugger = self.table[number]
+        self.slow += 1
         why: dict[str, object] = (
             {"waited": waited}
             if waited is not None
             else {"queue": debugger.outbox.max_packets, "queued_bytes": debugger.outbox.queued}
         )
-        self._log.warning(Event.DEBUGGER_SLOW_CONSUMER, peer=debugger.peer, **why)
+        self._core.log.warning(Event.DEBUGGER_SLOW_CONSUMER, peer=debugger.peer, **why)
         debugger.outbox.broken = SLOW_CONSUMER
-        self._leave(debugger, SLOW_CONSUMER)
+        self.leave(debugger, SLOW_CONSUMER)
 
-    async def _close_debugger(self, debugger: DebuggerConnection, reason: str) -> None:
+    def watchdog(self, now: float) -> None:
+        """Drop a debugger whose write is overdue: the write then fails in the task doing it."""
+        for debugger in list(self.table.values()):
+            outbox = debugger.outbox
+            if outbox.overdue(now) and not debugger.gone:
+                self.drop_slow(debugger.number, waited=outbox.allowed)
+
+    async def _close(self, debugger: DebuggerConnection, reason: str) -> None:
         """Write what is queued for it (a Dispose reply), briefly, then close it."""
-        if self._debuggers.pop(debugger.number, None) is None:
+        if self.table.pop(debugger.number, None) is None:
             return
-        if not self._debuggers:
+        if not self.table:
             self._lane.stop()  # the VM's socket goes back to the event loop at once
         outbox = debugger.outbox
         with trio.move_on_after(DIRECT_SEND_LIMIT):
@@ -291,17 +311,18 @@ class DebuggerSide:
 
     # ------------------------------------------------------------------ the per-VM port
 
-    def _maybe_listen(self) -> None:
+    def maybe_listen(self) -> None:
         """Open the per-VM debugger port once the VM has a stable key."""
-        if self._ports is None or self._port_key is not None or self._nursery is None:
+        nursery = self._core.nursery()
+        if self._ports is None or self._port_key is not None or nursery is None:
             return
-        key = self.selection_key()
+        key = self._session.selection_key()
         if key is None:
             return
         if (self._session.model.vm_ident or "").startswith(CLIENT_IDENT):
             return  # a DDM client that is no VM (ddmd sysmon): nothing to debug
         self._port_key = key
-        self._nursery.start_soon(self._serve_port, key)
+        nursery.start_soon(self._serve_port, key)
 
     async def _serve_port(self, key: str) -> None:
         assert self._ports is not None
@@ -309,13 +330,13 @@ class DebuggerSide:
         if opened is None:
             return
         listener, port = opened
-        self._debugger_port = port
+        self.port = port
         self._registry.changed(self._vm_id)
-        self._log.info(Event.DEBUGGER_LISTENING, port=port, via="vm-port", key=key)
+        self._core.log.info(Event.DEBUGGER_LISTENING, port=port, via="vm-port", key=key)
         try:
             await accept_loop(
                 listener, lambda stream, peer: self.adopt_debugger(stream, peer, via="vm-port")
             )
         finally:
             self._ports.release(port)
-            self._debugger_port = None
+            self.port = None

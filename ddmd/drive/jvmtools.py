@@ -24,8 +24,7 @@ from typing import Any, Protocol
 import trio
 
 from ddmd.config import Config
-from ddmd.drive.captures import capture_name
-from ddmd.drive.ddms import CaptureResult
+from ddmd.drive.captures import CaptureResult, capture_name
 from ddmd.drive.found import ProcessInfo
 from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, TargetError
 from ddmd.hotspot.client import AttachClient, AttachUnavailable
@@ -46,7 +45,8 @@ __all__ = ["JvmTools"]
 class _Owner(Protocol):
     """What ``JvmTools`` needs of its ``VmDriver``."""
 
-    capture_dir: Path
+    @property
+    def capture_dir(self) -> Path: ...
 
     def snapshot(self) -> VmSnapshot: ...
 

@@ -4,13 +4,13 @@ its socket and each attached debugger's, waiting on them all with one epoll set
 
 Layer: trio and ``ddmd.drive``; no protocol decisions. Composed into ``VmDriver``.
 
-Per read, holding the step lock, the thread does what the trio readers do: the relay lane's
-packet is written at once; other bytes go to the session (``VmSession.handle``, a pure function)
-and the commands it returns are carried out here as long as they need no event loop (packets
-that fit their queues, log lines). Whatever is left (a call's answer, a debugger leaving, a
-write the socket did not take whole) is done by the trio readers' own code, run in the event
-loop with ``trio.from_thread.run`` while the thread waits: the order of packets and every rule
-of the trio side stay as they were, and a hand-over (about 100 us here) is paid only then.
+Per read, holding the step lock, the thread does what the trio readers do, with the same code
+(``relay.Relay``): the relay lane's packet is written at once, other bytes go to the session and
+the commands it returns are carried out here as long as they need no event loop (packets that
+fit their queues, log lines). Whatever is left (a call's answer, a debugger leaving, a write
+the socket did not take whole) is done by the trio readers' own code, run in the event loop
+with ``trio.from_thread.run`` while the thread waits: the order of packets and every rule of
+the trio side stay as they were, and a hand-over (about 100 us here) is paid only then.
 
 One thread, not one per socket: a reply wakes the thread that has just passed the command on,
 where a second thread, asleep since the last reply, costs more to wake. Behind a stand-in adb
@@ -24,13 +24,13 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import trio
 
-from ddmd.drive.debugger import DebuggerConnection, Outbox
+from ddmd.drive.debugger import DebuggerConnection
+from ddmd.drive.relay import Relay
 from ddmd.drive.relaythreads import (
     AnySocket,
     Looking,
@@ -39,17 +39,11 @@ from ddmd.drive.relaythreads import (
     run_in_thread,
     step_lock,
 )
-from ddmd.drive.writes import PendingWrites
 from ddmd.logs import Event
 from ddmd.protocol.errors import RemoteProtocolError
-from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
-from ddmd.session.inputs import ConsumerBytes, VmBytes
+from ddmd.session.commands import Command, Log
 
-if TYPE_CHECKING:
-    from ddmd.session.router import Router
-    from ddmd.session.vm import VmSession
-
-__all__ = ["RECEIVE_SIZE", "LaneCounts", "ThreadLane", "socket_of"]
+__all__ = ["RECEIVE_SIZE", "ThreadLane", "socket_of"]
 
 RECEIVE_SIZE = 65536
 
@@ -65,61 +59,17 @@ def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     return stream.socket if isinstance(stream, trio.SocketStream) else None
 
 
-@dataclass(slots=True)
-class LaneCounts:
-    """Reads of a VM's sockets: those the threads relayed whole, those they handed to trio."""
-
-    relayed: int = 0
-    handed: int = 0
-    packets_in: int = 0  # reads of the VM's socket (by a thread or by trio)
-    bytes_in: int = 0
-
-    def statistics(self) -> dict[str, int]:
-        """For ``bridge_statistics``: reads the threads passed on whole, and those they handed
-        to the event loop."""
-        return {"thread_relayed": self.relayed, "thread_handed": self.handed}
-
-
 class ThreadLane:
     """The relay thread of one VM driver: the VM's reader task hosts it (`read_vm`), each
     attached debugger's reader task hands its socket to it (`serve_debugger`)."""
 
-    def __init__(
-        self, session: VmSession, writes: PendingWrites, *, log: Callable[[Log], None]
-    ) -> None:
-        self._session = session
-        self._debuggers = writes.debuggers
-        self._dirty = writes.dirty
-        self._vm_outbox = writes.vm
-        self._queue_write = writes.queue
-        self._write_now = writes.write_now
-        self._log = log
-        self.counts = LaneCounts()
+    def __init__(self, relay: Relay, debuggers: Mapping[int, DebuggerConnection]) -> None:
+        self._relay = relay
+        self._debuggers = debuggers
         self.applies = True  # [debugger] relay_threads
         self.spin_ns = 0  # [debugger] relay_spin_us, in ns (see `_loop`)
         self._poller: Poller | None = None  # while the thread runs
         self._members: dict[int, _Member] = {}  # debuggers' sockets the thread reads, by fd
-        self._relay_vm: Callable[[bytes, Callable[[int, bytes], object]], SendToDebugger | None]
-        self._relay_debugger: Callable[[int, bytes, Callable[[bytes], object]], SendToVm | None]
-        self._router: Router
-
-    def _act_here(self, commands: list[Command]) -> list[Command]:
-        """Carry out, in the relay thread, the commands that need no event loop (packets that
-        fit their queues, log lines), in order, up to the first that does; return that one
-        and the rest, for the event loop."""
-        for i, command in enumerate(commands):
-            if isinstance(command, SendToDebugger | SendToVm):
-                if not self._queue_write(command):
-                    return commands[i:]
-            elif isinstance(command, Log):
-                self._log(command)
-            else:
-                return commands[i:]
-        return []
-
-    def _written(self) -> bool:
-        """Whether every packet queued is written now (the socket took it at once)."""
-        return not self._dirty or self._write_now()
 
     # ------------------------------------------------------------------ the thread
 
@@ -145,15 +95,12 @@ class ThreadLane:
         if fd < 0:
             raise OSError(errno.EBADF, "the socket is closed")
         poller.add(fd)
-        # The session's relay lane, bound once per run of the thread (it is asked per read).
-        self._relay_vm = self._session.relay_vm
-        self._relay_debugger = self._session.relay_debugger
-        self._router = self._session.router
         self._poller = poller
         lock, clock = step_lock(), trio.lowlevel.current_clock()
         try:
             return await run_in_thread(
-                poller, lambda: self._loop(poller, plain, lock, clock, vm_rest, debugger_rest)
+                poller,
+                lambda: self._loop(poller, plain, lock, clock.current_time, vm_rest, debugger_rest),
             )
         finally:
             self._poller = None
@@ -194,7 +141,7 @@ class ThreadLane:
         poller: Poller,
         vm_sock: AnySocket,
         lock: threading.Lock,
-        clock: trio.abc.Clock,
+        now: Callable[[], float],
         vm_rest: VmRest,
         debugger_rest: DebuggerRest,
     ) -> str | None:
@@ -222,7 +169,7 @@ class ThreadLane:
                 if fd == vm_fd:
                     with lock:
                         try:
-                            step = vm_read(vm_sock, clock)
+                            step = vm_read(vm_sock, now)
                         except _ProtocolError as exc:
                             return str(exc)
                         if step is None and not debuggers:
@@ -240,7 +187,7 @@ class ThreadLane:
                     if member is None:
                         handed_over = True
                         continue  # handed back meanwhile
-                    handed = debugger_read(member, clock)
+                    handed = debugger_read(member, now)
                     if handed is None and not debuggers:
                         return None
                 expect = looking.on
@@ -262,8 +209,8 @@ class ThreadLane:
     # ------------------------------------------------------------------ one read each
 
     def _vm_read(
-        self, sock: AnySocket, clock: trio.abc.Clock
-    ) -> tuple[bytes | None, list[Command]] | None:
+        self, sock: AnySocket, now: Callable[[], float]
+    ) -> tuple[bytes | None, Sequence[Command]] | None:
         """One read of the VM's socket, holding the step lock; what is left for the event loop
         (``VmRest``'s arguments), or None. Raises OSError when the socket failed."""
         # relaythreads.read_socket, in line (a frame less per packet)
@@ -276,29 +223,20 @@ class ThreadLane:
             return None
         if not data:
             return b"", []
-        counts = self.counts
-        counts.packets_in += 1
-        counts.bytes_in += len(data)
-        relayed = self._relay_vm(data, self._send_to_debugger)
-        if relayed is not None:  # written (or not) by _send_to_debugger already
-            written = self._router.lane_sent
-            if written is True and not self._dirty:
-                counts.relayed += 1  # the common case: written whole, nothing queued
-                return None
-            if written is _GONE:
-                return self._finish([])  # dropped, as in the event loop
-            outbox = self._debuggers[relayed.debugger].outbox
-            return self._finish(self._unsent(outbox, relayed, written))
         try:
-            commands = self._session.handle(VmBytes(data), clock.current_time())
+            left = self._relay.from_vm(data, now, False)
         except RemoteProtocolError as exc:
-            self._log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
+            self._relay.log(Log(Event.VM_PROTOCOL_ERROR, "warning", {"error": str(exc)}))
             raise _ProtocolError(f"protocol error: {exc}") from exc
-        return self._finish(commands)
+        if type(left) is not list:  # the common case: all done in the thread
+            self._relay.counts.relayed += 1
+            return None
+        self._relay.counts.handed += 1
+        return None, left
 
     def _debugger_read(
-        self, member: _Member, clock: trio.abc.Clock
-    ) -> tuple[bytes | None, list[Command]] | None:
+        self, member: _Member, now: Callable[[], float]
+    ) -> tuple[bytes | None, Sequence[Command]] | None:
         """One read of a debugger's socket, holding the step lock; what is left for the event
         loop (``DebuggerRest``'s arguments), or None."""
         debugger = member.debugger
@@ -317,49 +255,12 @@ class ThreadLane:
             return b"", []
         if not data:
             return b"", []
-        outbox = self._vm_outbox()
-        send = _gone if outbox is None else outbox.send_now
-        relayed = self._relay_debugger(debugger.number, data, send)
-        if relayed is not None:  # written (or not) by ``send`` already
-            written = self._router.lane_sent
-            if written is True and not self._dirty:
-                self.counts.relayed += 1  # the common case: written whole, nothing queued
-                return None
-            if outbox is None:
-                return self._finish([])  # the VM's connection is gone: dropped
-            return self._finish(self._unsent(outbox, relayed, written))
-        item = ConsumerBytes(debugger.number, data)
-        return self._finish(self._session.handle(item, clock.current_time()))
-
-    def _send_to_debugger(self, number: int, data: bytes) -> object:
-        """The relay lane's ``send`` for a reply: ``Outbox.send_now`` of the debugger's outbox
-        (True, False or None), or ``_GONE`` when the debugger is gone (the reply is dropped)."""
-        to = self._debuggers.get(number)
-        if to is None or to.gone:
-            return _GONE
-        return to.outbox.send_now(data)
-
-    def _unsent(
-        self, outbox: Outbox, relayed: SendToDebugger | SendToVm, written: object
-    ) -> list[Command]:
-        """After ``outbox.send_now(relayed.data)`` said ``written``, when that is not the common
-        case (written whole, nothing else queued): what is left to carry out. None (the outbox
-        was busy): the packet itself, queued behind the rest; False (the socket took part of
-        it): nothing, the outbox is flushed with the others queued; True: nothing."""
-        if written is None:
-            return [relayed]
-        if not written:
-            self._dirty.append(outbox)  # the rest is queued
-        return []
-
-    def _finish(self, commands: list[Command]) -> tuple[bytes | None, list[Command]] | None:
-        """Carry out what the thread may; what is left for the event loop, or None."""
-        later = self._act_here(commands)
-        if not later and self._written():
-            self.counts.relayed += 1
+        left = self._relay.from_debugger(debugger.number, data, now, False)
+        if type(left) is not list:  # the common case: all done in the thread
+            self._relay.counts.relayed += 1
             return None
-        self.counts.handed += 1
-        return None, later
+        self._relay.counts.handed += 1
+        return None, left
 
     async def _debugger_rest(
         self,
@@ -379,17 +280,8 @@ class ThreadLane:
 _read = os.read
 _now_ns = time.monotonic_ns
 
-#: What the relay lane's ``send`` says when the packet's receiver is gone.
-_GONE = object()
-
-
-def _gone(data: bytes) -> object:
-    """The relay lane's ``send`` while the VM's connection is gone."""
-    return _GONE
-
-
 #: `_debugger_read`: the debugger's reader stops, with nothing for the session.
-_ENDED: tuple[bytes | None, list[Command]] = (b"", [])
+_ENDED: tuple[bytes | None, Sequence[Command]] = (b"", [])
 
 
 class _ProtocolError(Exception):

@@ -7,10 +7,17 @@ then act, with no ``await`` in between).
 
 Tasks, all in the driver's nursery (one subtree per VM):
 
-    VM reader ──VmBytes──▶ session ──SendToDebugger──▶ that debugger's outbox, written at once
-    debugger reader (each) ──ConsumerBytes──▶ session ──SendToVm──▶ the VM outbox, written at once
+    VM reader ──relay lane, else VmBytes──▶ session ──SendToDebugger──▶ that debugger's outbox,
+        written at once (``relay.Relay``, the same code in the relay thread, ``threadlane.py``)
+    debugger reader (each, ``debuggers.py``) ──relay lane, else ConsumerBytes──▶ session
+        ──SendToVm──▶ the VM outbox, written at once
     timer ──Tick at the time the session asked (WakeMeAt)──▶ session
     API call ──Call──▶ session ──Resolve/Reject──▶ the waiting caller
+
+The driver is composed of parts, each seeing it through a ``core.Core`` (feed, carry out,
+flush, ask, the nursery, the log): ``debuggers.Debuggers`` (the debuggers' table, the per-VM
+port, their accept and reader tasks) and ``profiling.Profiling`` (tracing, dumps, the files
+under way); ``relay.Relay`` is the one executor of the session's commands.
 
 A caller that gives up (cancelled) never touches a socket: its call stays data in the session
 until its deadline. Only a write that may have sent part of a packet breaks a connection.
@@ -19,33 +26,35 @@ until its deadline. Only a write that may have sent part of a packet breaks a co
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
 import trio
 
 from ddmd.config import Config
-from ddmd.drive.captures import HIGH_WATER, CaptureFile
-from ddmd.drive.ddms import ProfilingDriver
+from ddmd.drive.captures import CaptureResult
+from ddmd.drive.core import Core
 from ddmd.drive.debugger import (
-    DIRECT_SEND_LIMIT,
     DebuggerConnection,
     Outbox,
     OutboxBroken,
 )
-from ddmd.drive.debuggers import DebuggerSide
+from ddmd.drive.debuggers import Debuggers
 from ddmd.drive.found import DeviceFiles, Opener, ProcessInfo
 from ddmd.drive.jvmtools import JvmTools
 from ddmd.drive.ports import VmPorts
+from ddmd.drive.profiling import Profiling
+from ddmd.drive.relay import Left, Relay
 from ddmd.drive.threadlane import RECEIVE_SIZE, ThreadLane, socket_of
+from ddmd.drive.timer import Timer
+from ddmd.drive.waiters import Waiters
 from ddmd.drive.writes import PendingWrites
-from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone, WrongState
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut, VmGone
 from ddmd.logs import Event, bind_vm_identity
 from ddmd.protocol.ddm import StackTrace
 from ddmd.protocol.errors import RemoteProtocolError
@@ -56,7 +65,6 @@ from ddmd.session.commands import (
     Changed,
     CloseDebugger,
     Command,
-    Log,
     Publish,
     Reconnect,
     Reject,
@@ -66,15 +74,13 @@ from ddmd.session.commands import (
     SendToVm,
     WakeMeAt,
 )
+from ddmd.session.consumers import DEBUGGER, FRONT, ConsumerKind
 from ddmd.session.inputs import (
-    Call,
     CauseGc,
     DumpHeap,
     GetStack,
     Input,
     RefreshThreads,
-    Request,
-    Tick,
     VmBytes,
     VmClosed,
     VmConnected,
@@ -86,16 +92,6 @@ log = structlog.get_logger("ddmd.vm")
 VM_WRITE_OVERDUE = "a write to the VM took too long"
 #: Bytes that may wait for the VM to read them before its connection counts as stuck.
 VM_BUDGET = 64 << 20
-#: How often the watchdog looks at writes while debuggers are attached (seconds).
-WATCHDOG_PERIOD = DIRECT_SEND_LIMIT / 2
-
-_ERRORS: dict[str, type[Exception]] = {
-    "unsupported": FeatureUnsupported,
-    "timed_out": RequestTimedOut,
-    "failed": DdmFailed,
-    "gone": VmGone,
-    "conflict": WrongState,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +102,6 @@ class VmStatistics:
     bytes_out: int
     requests_timed_out: int
     outstanding: int
-
-
-@dataclass(slots=True, eq=False)
-class _CallWaiter:
-    event: trio.Event
-    value: Any = None
-    error: Exception | None = None
 
 
 def settings_from(config: Config) -> SessionSettings:
@@ -137,7 +126,7 @@ def _vm_json(snapshot: VmSnapshot) -> dict[str, Any]:
     return snapshot.to_json()
 
 
-class VmDriver(DebuggerSide, ProfilingDriver):
+class VmDriver:
     """The one owner of a VM's connections. Serves ``VmHandle`` to the registry and the API."""
 
     def __init__(
@@ -158,7 +147,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._vm_id = vm_id
         self._config = config
         self._registry = registry
-        self._ports = ports
         self._session = VmSession(
             vm_id,
             source=source,
@@ -172,9 +160,6 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             handler_view=_vm_json,
         )
         self.ext_values: dict[str, Any] = {}  # chunk handler name -> what it published
-        self._captures: dict[int, CaptureFile] = {}  # call -> the file it brings
-        self.capture_dir = config.debugger.state_file.parent / "captures"
-        self.device_files = files  # adb VMs: for traces and dumps the VM can only write there
         self.jvm = JvmTools(self, process=process, address=address, config=config)  # plain JVMs
         self._log = log.bind(vm=vm_id)
         self._nursery: trio.Nursery | None = None
@@ -182,25 +167,48 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         self._conn_scope: trio.CancelScope | None = None
         self._reconnect = False
         self._closed_reason: str | None = None
-        self._debuggers: dict[int, DebuggerConnection] = {}
-        self._numbers = itertools.count(1)
-        self._calls: dict[int, _CallWaiter] = {}
-        self._call_ids = itertools.count(1)
-        self._wake_at = math.inf
-        self._timer_changed = trio.Event()
-        self._sleeping_until = -math.inf
-        self._writes = PendingWrites(self._debuggers, lambda: self._vm)
-        self._dirty = self._writes.dirty
-        self._write_now = self._writes.write_now
-        self._lane = ThreadLane(self._session, self._writes, log=self._act)
+        self._writes = writes = PendingWrites({}, lambda: self._vm)
+        self._waiters = Waiters(
+            feed=self._feed, flush=self._flush, nursery=lambda: self._nursery, writes=writes
+        )
+        self._relay = relay = Relay(
+            self._session, writes, logger=self._log, in_loop=self._in_loop, on_full=self._full
+        )
+        self._lane = ThreadLane(relay, writes.debuggers)
         self._lane.applies = config.debugger.relay_threads
         # Looking for a reply before sleeping (relaythreads.Looking) pays only when replies are
         # quick: never behind adb (an adb server, a device daemon and USB or TCP in between).
         self._lane.spin_ns = config.debugger.relay_spin_us * 1000 if source == "tcp" else 0
-        self._port_key: str | None = None
-        self._debugger_port: int | None = None
-        self._timeouts = 0
-        self._slow_debuggers = 0
+        core = Core(
+            feed=self._feed,
+            carry_out=relay.carry_out,
+            flush=self._flush,
+            ask=self._waiters.ask,
+            next_call=self._waiters.next_call,
+            nursery=lambda: self._nursery,
+            log=self._log,
+        )
+        self._timer = Timer(core, watching=self._writing, watchdog=self._watchdog)
+        self._debuggers = Debuggers(
+            core,
+            self._session,
+            vm_id=vm_id,
+            config=config,
+            registry=registry,
+            ports=ports,
+            writes=writes,
+            relay=relay,
+            lane=self._lane,
+            wake_timer=self._timer.wake,
+        )
+        self._profiling = Profiling(
+            core,
+            self._session,
+            self.jvm,
+            capture_dir=config.debugger.state_file.parent / "captures",
+            device_files=files,  # adb VMs: for traces and dumps the VM can only write there
+            app_name=self._app_name,
+        )
         bind_vm_identity(vm_id, *_identity(self._session))
 
     # ------------------------------------------------------------------ VmHandle, sync
@@ -212,93 +220,118 @@ class VmDriver(DebuggerSide, ProfilingDriver):
     def snapshot(self) -> VmSnapshot:
         return self._session.snapshot(
             current=self._registry.is_current(self._vm_id),
-            debugger_port=self._debugger_port,
-            debuggers=self._debugger_snapshots(),
+            debugger_port=self._debuggers.port,
+            debuggers=self._debuggers.snapshots(),
         )
 
     def selection_key(self) -> str | None:
         return self._session.selection_key()
 
-    def cached_id_sizes(self) -> bytes | None:
-        return self._session.router.cached_id_sizes()
+    @property
+    def capture_dir(self) -> Path:
+        """Where the files of traces and dumps go (``JvmTools`` writes there too)."""
+        return self._profiling.capture_dir
 
     def last_heap_images(self) -> tuple[HeapImage, ...]:
         return self._session.model.heap_images
 
     def statistics(self) -> VmStatistics:
-        r = self._session.router.statistics()
-        lane = self._lane.counts
+        r = self._session.relay_statistics()
+        lane = self._relay.counts
         return VmStatistics(
             lane.packets_in,
             r.packets_to_vm,
             lane.bytes_in,
             r.bytes_to_vm,
-            self._timeouts,
+            self._relay.timeouts,
             r.outstanding,
         )
 
     def bridge_statistics(self) -> dict[str, int]:
-        r = self._session.router.statistics()
+        r = self._session.relay_statistics()
         return {
             "packets_to_vm": r.packets_to_vm,
             "packets_to_debugger": r.packets_to_debuggers,
             "bytes_to_vm": r.bytes_to_vm,
             "bytes_to_debugger": r.bytes_to_debuggers,
             "reconnects": self._session.reconnects,
-            "slow_debuggers": self._slow_debuggers,
-            **self._lane.counts.statistics(),
+            "slow_debuggers": self._debuggers.slow,
+            **self._relay.counts.statistics(),
         }
 
     # ------------------------------------------------------------------ VmHandle, calls
 
     async def refresh_threads(self) -> VmSnapshot:
         with contextlib.suppress(FeatureUnsupported, RequestTimedOut, DdmFailed):
-            await self._ask(RefreshThreads())
+            await self._waiters.ask(RefreshThreads())
         return self.snapshot()
 
     async def cause_gc(self) -> GcOutcome:
         if self.jvm.applies():  # a plain JVM: GC.run through the attach API
             return await self.jvm.cause_gc()
-        outcome = await self._ask(CauseGc())
+        outcome = await self._waiters.ask(CauseGc())
         assert isinstance(outcome, GcOutcome)
         return outcome
 
     async def stack_trace(self, thread_id: int) -> StackTrace:
         if self.jvm.applies():  # a plain JVM: its thread dump (Thread.print)
             return await self.jvm.stack_trace(thread_id)
-        trace = await self._ask(GetStack(thread_id))
+        trace = await self._waiters.ask(GetStack(thread_id))
         assert isinstance(trace, StackTrace)
         return trace
 
     async def heap_segments(self) -> tuple[HeapImage, ...]:
-        images = await self._ask(DumpHeap())
+        images = await self._waiters.ask(DumpHeap())
         assert isinstance(images, tuple)
         return images
 
-    def _next_call(self) -> int:
-        return next(self._call_ids)
+    # Issue 13's features (drive/profiling.py)
+
+    def profiling(self) -> dict[str, Any]:
+        return self._profiling.profiling()
+
+    async def start_trace(self, sampling_us: int | None = None) -> dict[str, Any]:
+        return await self._profiling.start_trace(sampling_us)
+
+    async def trace_state(self) -> dict[str, Any]:
+        return await self._profiling.trace_state()
+
+    async def stop_trace(self) -> CaptureResult:
+        return await self._profiling.stop_trace()
+
+    async def dump_hprof(self) -> CaptureResult:
+        return await self._profiling.dump_hprof()
+
+    async def alloc_tracker(self, action: str) -> dict[str, Any]:
+        return await self._profiling.alloc_tracker(action)
+
+    async def kill(self, status: int = 1) -> dict[str, Any]:
+        return await self._profiling.kill(status)
+
+    # Debuggers (drive/debuggers.py)
+
+    def adopt_debugger(
+        self,
+        stream: trio.abc.Stream,
+        peer: str,
+        *,
+        via: str,
+        kind: ConsumerKind = DEBUGGER,
+        tool: str | None = None,
+    ) -> None:
+        """Take an accepted debugger connection (sync; the driver runs it)."""
+        self._debuggers.adopt_debugger(stream, peer, via=via, kind=kind, tool=tool)
+
+    def adopt_consumer(
+        self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
+    ) -> None:
+        """Take a socket from the adb front (``ddmd.front.hub.ConsumerTarget``): a consumer of
+        this VM that may speak DDM only, or debug too (session/consumers.py)."""
+        self._debuggers.adopt_debugger(stream, peer, via=via, kind=FRONT, tool=tool)
 
     def _app_name(self) -> str | None:
         snapshot = self.snapshot()
         return snapshot.package or snapshot.app
-
-    async def _ask(self, request: Request, *, number: int | None = None) -> object:
-        """One API call: fed to the session; its answer comes with a later input (a reply, a
-        push, a Tick at the call's deadline). A caller that is cancelled leaves the call to
-        expire in the session; it never writes to a socket itself."""
-        number = next(self._call_ids) if number is None else number
-        waiter = _CallWaiter(trio.Event())
-        self._calls[number] = waiter
-        try:
-            self._feed(Call(number, request))
-            if self._dirty and self._nursery is not None:
-                self._nursery.start_soon(self._flush)  # written by a task of the driver's own
-            await waiter.event.wait()
-        finally:
-            self._calls.pop(number, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.value
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -318,7 +351,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             try:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(self._timer)
+                    nursery.start_soon(self._timer.run)
                     task_status.started()
                     reason = await self._connection(stream, leftover)
                     while self._reconnect:
@@ -329,16 +362,12 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                             self._close_session(reason)
                             break
                         reason = await self._connection(*reopened)
-                    for debugger in list(self._debuggers.values()):
-                        await self._close_debugger(debugger, "the VM disconnected")
+                    await self._debuggers.close_all("the VM disconnected")
                     nursery.cancel_scope.cancel()
                 return reason
             finally:
                 self._nursery = None
-                for waiter in self._calls.values():
-                    if not waiter.event.is_set():
-                        waiter.error = VmGone(f"{self._vm_id} is gone")
-                        waiter.event.set()
+                self._waiters.fail_all(VmGone(f"{self._vm_id} is gone"))
                 self._registry.remove(self._vm_id)
 
     async def _connection(self, stream: trio.abc.Stream, leftover: bytes) -> str:
@@ -353,8 +382,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         reason = "closed"
         try:
             with trio.CancelScope() as self._conn_scope:
-                broken = self._feed_vm(VmConnected(trio.current_time(), leftover))
-                self._session.connected_at = time.time()
+                broken = self._feed_vm(VmConnected(trio.current_time(), leftover, time.time()))
                 await self._flush(reads=self._vm)
                 reason = broken or await self._read(stream)
             if self._vm.broken is not None:
@@ -378,11 +406,13 @@ class VmDriver(DebuggerSide, ProfilingDriver):
 
     async def _read(self, stream: trio.abc.Stream) -> str:
         sock = socket_of(stream) if self._lane.applies else None
+        from_vm, table = self._relay.from_vm, self._debuggers.table
         while True:
-            if sock is not None and self._debuggers:  # the relay lane's thread (threadlane.py)
-                rests = self._vm_read_rest, self._debugger_read_rest
+            if sock is not None and table:  # the relay lane's thread (threadlane.py)
                 try:
-                    ended = await self._lane.read_vm(sock, *rests)
+                    ended = await self._lane.read_vm(
+                        sock, self._vm_read_rest, self._debuggers.read_rest
+                    )
                 except OSError as exc:
                     return f"connection error: {exc}"
                 if ended is not None:
@@ -395,33 +425,36 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             if not data:
                 # The decoder tells a clean end from one in the middle of a packet.
                 return self._feed_vm(VmBytes(b"")) or "eof"
-            self._lane.counts.packets_in += 1
-            self._lane.counts.bytes_in += len(data)
-            data = bytes(data)  # trio gives bytes: no copy
-            relayed = self._session.relay_vm(data)
-            if relayed is not None:
-                self._to_debugger(relayed)
-            broken = await self._vm_read_rest(data if relayed is None else None)
-            if broken is not None:
-                return broken
+            try:
+                left = from_vm(bytes(data), trio.current_time, True)  # trio gives bytes: no copy
+            except RemoteProtocolError as exc:
+                self._log.warning(Event.VM_PROTOCOL_ERROR, error=str(exc))
+                return f"protocol error: {exc}"
+            await self._after_vm_read(left)
+
+    async def _after_vm_read(self, left: Left) -> None:
+        """A VM read in the event loop, after ``Relay.from_vm``: what is left written (the
+        relay lane's packet: one yield first), then the disk's back-pressure."""
+        if left is None:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
+        elif type(left) is list and self._writes.dirty and not self._writes.write_now():
+            await self._flush(reads=self._vm)
+        await self._profiling.wait_room()  # the disk is behind: let TCP slow the VM down
 
     async def _vm_read_rest(self, data: bytes | None, later: Sequence[Command] = ()) -> str | None:
-        """A VM read after the relay lane's try, in the event loop (also for the relay thread):
-        ``data`` the session has not seen yet (b"": the end), ``later`` commands a relay thread
-        left; then the writes. Why the connection ends, or None."""
+        """A VM read the relay thread hands to the event loop (``VmRest``): b"" at the end of
+        the stream, else the commands it left; then the writes. Why the connection ends, or
+        None."""
         if data == b"":
             return self._feed_vm(VmBytes(b"")) or "eof"
-        for command in later:
-            self._act(command)
-        broken = None if data is None else self._feed_vm(VmBytes(data))
-        if self._dirty and not self._write_now():
+        if later:
+            self._relay.carry_out(list(later))
+        if self._writes.dirty and not self._writes.write_now():
             await self._flush(reads=self._vm)
-        elif data is None and not later:
+        elif not later:
             await trio.lowlevel.cancel_shielded_checkpoint()  # docs/design.md, relay lane
-        for capture in list(self._captures.values()):
-            if capture.queued > HIGH_WATER:
-                await capture.wait_room()  # the disk is behind: let TCP slow the VM down
-        return broken
+        await self._profiling.wait_room()  # the disk is behind: let TCP slow the VM down
+        return None
 
     def _feed_vm(self, item: VmConnected | VmBytes) -> str | None:
         """Feed bytes from the VM; a broken packet header ends the connection (returns why)."""
@@ -432,37 +465,13 @@ class VmDriver(DebuggerSide, ProfilingDriver):
             return f"protocol error: {exc}"
         return None
 
-    async def _timer(self) -> None:
-        """Ticks at the times the session asks for; and, while debuggers are attached or a
-        write to the VM is under way, the watchdog of writes that take too long."""
-        while True:
-            wake = self._wake_at
-            if self._debuggers or (self._vm is not None and self._vm.busy):
-                # A write is (or may soon be) under way: look at it a few times a second. A
-                # write of ddmd's own always comes with a request deadline, so the timer is
-                # awake to see it even when no debugger is attached.
-                wake = min(wake, trio.current_time() + WATCHDOG_PERIOD)
-            changed = self._timer_changed = trio.Event()
-            self._sleeping_until = wake
-            with trio.move_on_at(wake):
-                await changed.wait()
-            self._sleeping_until = -math.inf  # awake: a new WakeMeAt needs no wake-up call
-            if changed.is_set():
-                continue
-            now = trio.current_time()
-            await self._watchdog(now)
-            if now >= self._wake_at:
-                self._wake_at = math.inf  # the session asks again (WakeMeAt) after every Tick
-                self._feed(Tick(now))
-                if self._dirty:
-                    await self._flush()
+    def _writing(self) -> bool:
+        """A write is (or may soon be) under way: the timer's watchdog looks at it."""
+        return bool(self._debuggers.table) or (self._vm is not None and self._vm.busy)
 
     async def _watchdog(self, now: float) -> None:
         """Close a stream whose write is overdue: the write then fails in the task doing it."""
-        for debugger in list(self._debuggers.values()):
-            outbox = debugger.outbox
-            if outbox.overdue(now) and not debugger.gone:
-                self._drop_slow(debugger, waited=outbox.allowed)
+        self._debuggers.watchdog(now)
         vm = self._vm
         if vm is not None and vm.overdue(now) and vm.broken is None:
             vm.broken = VM_WRITE_OVERDUE
@@ -479,58 +488,38 @@ class VmDriver(DebuggerSide, ProfilingDriver):
     def _feed(self, item: Input) -> None:
         """Hand one input to the session and carry out its commands (no await in between:
         writes are queued in order here and written by ``_flush``)."""
-        for command in self._session.handle(item, trio.current_time()):
-            self._act(command)
+        self._relay.carry_out(self._session.handle(item, trio.current_time()))
 
-    def _act(self, command: Command) -> None:
-        if isinstance(command, SendToDebugger | SendToVm):
-            if self._writes.queue(command):
-                return
-            if isinstance(command, SendToDebugger):
-                self._drop_slow(self._debuggers[command.debugger])
-            elif (vm := self._vm) is not None and vm.broken is None:
-                # The VM has stopped reading: more waits for it than it could ever need.
-                vm.broken = "the VM stopped reading"
-                self._log.warning(Event.VM_SEND_FAILED, queued_bytes=vm.queued)
-                if self._conn_scope is not None:
-                    self._conn_scope.cancel()
-        elif isinstance(command, Log):
-            if command.event == Event.DDM_REQUEST_TIMED_OUT:
-                self._timeouts += 1
-            if command.event == Event.DEBUGGER_DETACHED:
-                self._add_debugger_fields(command)
-            self._log.log(_LEVELS.get(command.level, 20), command.event, **command.fields)
-        elif isinstance(command, Changed):
+    def _full(self, command: SendToDebugger | SendToVm) -> None:
+        """The one executor's rule for a packet whose queue is full."""
+        if isinstance(command, SendToDebugger):
+            self._debuggers.drop_slow(command.debugger)
+        elif (vm := self._vm) is not None and vm.broken is None:
+            # The VM has stopped reading: more waits for it than it could ever need.
+            vm.broken = "the VM stopped reading"
+            self._log.warning(Event.VM_SEND_FAILED, queued_bytes=vm.queued)
+            if self._conn_scope is not None:
+                self._conn_scope.cancel()
+
+    def _in_loop(self, command: Command) -> None:
+        """The one executor's commands that only the event loop carries out (``Relay``)."""
+        if isinstance(command, Changed):
             bind_vm_identity(self._vm_id, *_identity(self._session))
             if command.renamed:
                 self._registry.key_changed(self._vm_id)
-                self._maybe_listen()
+                self._debuggers.maybe_listen()
             else:
                 self._registry.changed(self._vm_id)
         elif isinstance(command, WakeMeAt):
-            self._wake_at = command.when
-            if command.when < self._sleeping_until:  # earlier than the timer sleeps until
-                self._timer_changed.set()
+            self._timer.wake_me_at(command.when)
         elif isinstance(command, Resolve | Reject):
-            waiter = self._calls.get(command.call)
-            if waiter is not None and not waiter.event.is_set():
-                if isinstance(command, Resolve):
-                    waiter.value = command.value
-                else:
-                    waiter.error = _ERRORS[command.kind](command.message)
-                waiter.event.set()
+            self._waiters.settle(command)
         elif isinstance(command, CloseDebugger):
-            debugger = self._debuggers.get(command.debugger)
-            if debugger is not None:
-                debugger.gone = True
-                if self._nursery is not None:
-                    self._nursery.start_soon(self._close_debugger, debugger, command.reason)
+            self._debuggers.close(command.debugger, command.reason)
         elif isinstance(command, SelectMe):
             self._registry.select(self._vm_id, reason=command.reason)
         elif isinstance(command, Capture):
-            capture = self._captures.get(command.call)
-            if capture is not None:
-                capture.put(command.data, command.last)
+            self._profiling.put(command)
         elif isinstance(command, Publish):
             self.ext_values[command.handler] = command.value
             self._registry.ext_updated(self._vm_id)
@@ -545,7 +534,7 @@ class VmDriver(DebuggerSide, ProfilingDriver):
         """Write every outbox that got bytes, in the order they got them. ``reads``: the
         outbox of the stream this task reads; it is written by a task of its own, so a peer
         that writes to us while we write to it can never deadlock the two of us."""
-        dirty = self._dirty
+        dirty = self._writes.dirty
         while dirty:
             outbox = dirty.pop(0)
             if outbox.write_now():
@@ -563,10 +552,10 @@ class VmDriver(DebuggerSide, ProfilingDriver):
                     try:
                         await outbox.flush(trio.current_time())
                     except OutboxBroken as exc:
-                        self._leave(debugger, str(exc))
+                        self._debuggers.leave(debugger, str(exc))
 
     async def _flush_later(self, outbox: Outbox) -> None:
-        self._dirty.append(outbox)
+        self._writes.dirty.append(outbox)
         await self._flush()
 
     async def _flush_vm(self, outbox: Outbox) -> None:
@@ -598,9 +587,6 @@ async def _reopen(
             delay = min(delay * 2, 0.5)
     vm_log.warning(Event.VM_RECONNECT_FAILED, error=last_error)
     return None
-
-
-_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
 def _identity(session: VmSession) -> tuple[str | None, int | None]:

@@ -506,12 +506,13 @@ class Bridge:
     def lane_reply(self, vm_id: int, failed: int) -> bool:
         """Whether the reply to the watched command ``vm_id`` may take the relay lane (the
         router asks; ``failed``: its error code is not 0). Only a Suspend the VM carried out
-        may: its watch is done with then. Any other watched reply is read by ``reply``."""
-        watch = self.watch.get(vm_id)
-        if type(watch) is _SuspendWatch and not failed:
-            del self.watch[vm_id]
-            return True
-        return False
+        may (its watch is done with once it is passed on: ``lane_replied``). Any other watched
+        reply is read by ``reply``. Changes nothing."""
+        return type(self.watch.get(vm_id)) is _SuspendWatch and not failed
+
+    def lane_replied(self, vm_id: int) -> None:
+        """The reply to the watched Suspend ``vm_id`` took the relay lane: its watch is done."""
+        del self.watch[vm_id]
 
     def _resume_all(self, debugger: int, packet: CommandPacket) -> list[Command]:
         ops = self.ledger.resume_all(debugger)

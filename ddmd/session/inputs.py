@@ -14,10 +14,12 @@ from ddmd.session.consumers import DEBUGGER, ConsumerKind
 @dataclass(frozen=True, slots=True)
 class VmConnected:
     """A JDWP connection to the VM is open and past its handshake. ``leftover``: bytes that
-    arrived after the handshake echo (a VM may push at once)."""
+    arrived after the handshake echo (a VM may push at once). ``wall``: the wall-clock time
+    of the connection (seconds since the epoch) for the snapshot; without it, ``now``."""
 
     now: float
     leftover: bytes = b""
+    wall: float | None = None
 
 
 @dataclass(slots=True)  # made per packet: not frozen, which would cost 3x (see commands.py)

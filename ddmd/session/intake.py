@@ -1,8 +1,9 @@
 """What consumers send: their handshake, their commands (debugger commands through the
 bridge's rules, DDM requests through ``ddmshare``), their departure.
 
-Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router``: the fast
-lane for plain commands (``Router.relay_from_debugger``) stays there; everything else a
+Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router``, which it
+sees through ``IntakeHost``: the fast lane for plain commands (``Router.relay_from_debugger``,
+which the driver tries first) stays there; everything else a
 consumer sends comes here: the commands ``lanes.SLOW_LANE`` lists (each with its reason), and
 any packet the fast lane does not take whole (split, during a handshake, before the VM is ready).
 
@@ -18,10 +19,12 @@ any packet the fast lane does not take whole (split, during a handshake, before 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Hashable
+from typing import Protocol
 
 from ddmd.protocol import ddm
 from ddmd.protocol.errors import ProtocolError
+from ddmd.protocol.idmap import IdRewriter
 from ddmd.protocol.jdwp import (
     DDM_COMMAND,
     EOF,
@@ -35,14 +38,13 @@ from ddmd.protocol.jdwp import (
     VirtualMachineCommand,
     encode,
 )
-from ddmd.session.bridge import BRIDGED
-from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger
-from ddmd.session.consumers import Consumer
+from ddmd.session.bridge import BRIDGED, Bridge
+from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
+from ddmd.session.consumers import Consumer, ConsumerTable
+from ddmd.session.ddmshare import DdmShare
+from ddmd.session.pieces import Pieces
 
-if TYPE_CHECKING:
-    from ddmd.session.router import Router
-
-__all__ = ["SHARE_ORIGIN", "Intake"]
+__all__ = ["SHARE_ORIGIN", "Intake", "IntakeHost"]
 
 _DDM = CommandSet.DDM
 _MAX_ORPHANS = 1 << 16
@@ -61,10 +63,53 @@ class _ShareOrigin:
 SHARE_ORIGIN = _ShareOrigin()
 
 
+class IntakeHost(Protocol):
+    """What ``Intake`` needs of its router: its tables and caches, the connection's state, and
+    how a packet goes to the VM or a consumer."""
+
+    handshakes: int  # handshakes completed, ever
+    held_vm_start: bytes | None  # a suspending VM_START kept for the first debugger
+
+    @property
+    def consumers(self) -> ConsumerTable: ...
+    @property
+    def ids(self) -> IdRewriter: ...
+    @property
+    def bridge(self) -> Bridge: ...
+    @property
+    def share(self) -> DdmShare: ...
+    @property
+    def pieces(self) -> Pieces: ...
+    @property
+    def orphans(self) -> dict[int, None]: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def now(self) -> float: ...
+    @property
+    def ddm_timeout(self) -> float: ...
+    @property
+    def max_debuggers(self) -> int: ...
+    @property
+    def id_sizes(self) -> bytes | None: ...
+    @property
+    def version_reply(self) -> bytes | None: ...
+    @property
+    def attached_count(self) -> int: ...
+
+    def deliver(self, consumer: Consumer, data: bytes) -> list[Command]: ...
+    def bridge_forward(
+        self, debugger: int, packet: CommandPacket, deadline: float = ...
+    ) -> tuple[int, list[Command]]: ...
+    def send_own(
+        self, origin: Hashable, command_set: int, command: int, data: bytes, deadline: float
+    ) -> tuple[int, SendToVm]: ...
+
+
 class Intake:
     """Everything a consumer sends, but the fast lane."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: IntakeHost) -> None:
         self._r = router
 
     def debugger_data(self, number: int, data: bytes) -> tuple[list[Command], str | None]:
@@ -93,7 +138,7 @@ class Intake:
                 return out, "debugger closed the connection"
             if isinstance(event, Handshake):
                 if self._r.ready:
-                    out += self._complete_handshake(number)
+                    out += self.complete_handshake(number)
                 else:
                     self._r.consumers.waiting.append(number)
             elif isinstance(event, CommandPacket):
@@ -111,7 +156,9 @@ class Intake:
                     )
                 )
 
-    def _complete_handshake(self, number: int) -> list[Command]:
+    def complete_handshake(self, number: int) -> list[Command]:
+        """Answer a consumer's handshake (the router calls it for the handshakes held until the
+        VM connection was ready)."""
         consumer = self._r.consumers.by_id.get(number)
         if consumer is None:
             return []

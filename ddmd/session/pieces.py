@@ -1,7 +1,8 @@
 """Packets from the VM too large to hold whole (a heap dump, a trace, a large reply), relayed
 piece by piece: where the pieces of the one packet under way go.
 
-Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router``.
+Layer: standard library and ``ddmd.protocol`` only (sans-IO). A part of ``Router``, which it
+sees through ``PiecesHost``.
 
     reply to a consumer ──────────▶ that consumer, piece by piece (nothing else is written to
                                     it until the last piece: ``Consumer.streaming``)
@@ -18,11 +19,12 @@ allows (4 GiB), and one nobody takes is dropped as it comes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ddmd.protocol.errors import RemoteProtocolError
-from ddmd.protocol.idmap import Pending
+from ddmd.protocol.idmap import IdRewriter, Pending
 from ddmd.protocol.jdwp import (
     CommandPacket,
     CommandSet,
@@ -31,12 +33,36 @@ from ddmd.protocol.jdwp import (
     ReplyPacket,
     encode_header,
 )
+from ddmd.session.bridge import Bridge
 from ddmd.session.commands import Command, Log
+from ddmd.session.consumers import Consumer, ConsumerTable
 
-if TYPE_CHECKING:
-    from ddmd.session.router import Router
+__all__ = ["Pieces", "PiecesHost"]
 
-__all__ = ["Pieces"]
+
+class PiecesHost(Protocol):
+    """What ``Pieces`` needs of its router: the tables it reads, how a packet is delivered, and
+    where a packet gathered whole is routed."""
+
+    @property
+    def max_packet(self) -> int: ...
+    @property
+    def ids(self) -> IdRewriter: ...
+    @property
+    def consumers(self) -> ConsumerTable: ...
+    @property
+    def bridge(self) -> Bridge: ...
+    @property
+    def on_reply(self) -> Callable[[Pending, ReplyPacket], list[Command]]: ...
+    @property
+    def on_push_piece(self) -> Callable[[bytes, bool, bool], list[Command]]: ...
+
+    def was_orphan(self, vm_id: int) -> bool: ...
+    def consumer_of(self, pending: Pending) -> Consumer | None: ...
+    def is_consumer_origin(self, pending: Pending) -> bool: ...
+    def to_consumer(self, consumer: Consumer, data: bytes, *, more: bool = False) -> Command: ...
+    def vm_reply(self, packet: ReplyPacket) -> list[Command]: ...
+    def vm_command(self, packet: CommandPacket, raw: bytes | None = None) -> list[Command]: ...
 
 
 @dataclass(slots=True)
@@ -54,7 +80,7 @@ class _Relay:
 class Pieces:
     """The one large packet under way on a VM connection."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: PiecesHost) -> None:
         self._router = router
         # The packet under way (None: none); the relay lane tests it, one attribute read.
         self.relay: _Relay | None = None

@@ -15,7 +15,8 @@ From the VM:
 From a debugger (``bridge.py`` holds the per-debugger rules):
 
     handshake ─▶ answered here, once the VM connection is ready
-    command ───▶ the fast lane (``relay_from_debugger``) unless ``lanes.SLOW_LANE`` lists it:
+    command ───▶ the fast lane (``relay_from_debugger``, which the driver tries first, then
+                 commits with ``relayed_from_debugger``) unless ``lanes.SLOW_LANE`` lists it:
                  Dispose answered here; IDSizes and Version from the cache; event requests,
                  suspend and resume, hold and release of events through the bridge's rules;
                  DDM through ddmshare; otherwise a fresh VM-side id from the one IdRewriter
@@ -64,7 +65,7 @@ from ddmd.session.intake import Intake
 from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
 from ddmd.session.pieces import Pieces
 
-__all__ = ["DebuggerOrigin", "Router", "RouterStatistics"]
+__all__ = ["DebuggerLane", "DebuggerOrigin", "Router", "RouterStatistics", "VmLane"]
 
 # Headers packed directly on the relay path (the packets themselves were validated when the
 # decoder built them; building and validating them again would double the cost).
@@ -73,6 +74,16 @@ _REPLY_HEADER = struct.Struct(">IIBH")
 
 _EVENT_COMPOSITE = EventCommand.COMPOSITE
 _DDM = CommandSet.DDM
+
+
+#: The relay lane's decision for a reply (``Router.relay_from_vm``): the consumer's number and
+#: the packet to write to it, then what ``Router.relayed_from_vm`` needs (consumer, id-map entry,
+#: whether the bridge watched its id). A plain tuple: one is made per packet.
+VmLane = tuple[int, bytes, Consumer, Pending, bool]
+#: The relay lane's decision for a command (``Router.relay_from_debugger``): the packet to write
+#: to the VM, then what ``Router.relayed_from_debugger`` needs (consumer, VM-side id, its own
+#: id, command set, command, its ``lanes.OFF_LANE`` value).
+DebuggerLane = tuple[bytes, Consumer, int, int, int, int, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +147,6 @@ class Router:
     bytes_to_vm: int = 0
     bytes_to_debuggers: int = 0
     handshakes: int = 0  # handshakes completed, ever (the session notices new consumers)
-    # What the relay lane's ``send`` returned for the last packet it made.
-    lane_sent: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
@@ -188,10 +197,6 @@ class Router:
     def is_waiting(self, number: int) -> bool:
         return number in self.consumers.waiting
 
-    def waiting(self) -> tuple[int, ...]:
-        """Consumers whose handshake is held until the VM connection is ready."""
-        return tuple(self.consumers.waiting)
-
     def holders(self) -> list[tuple[str, str]]:
         return self.consumers.holders()
 
@@ -201,9 +206,6 @@ class Router:
     def debugger_statistics(self, number: int) -> tuple[int, int, int, int] | None:
         """(packets in, packets out, bytes in, bytes out) of one consumer."""
         return self.consumers.statistics(number)
-
-    def cached_id_sizes(self) -> bytes | None:
-        return self.id_sizes
 
     # ------------------------------------------------------------------ the VM connection
 
@@ -224,7 +226,7 @@ class Router:
         self.bridge.reset()
         out: list[Command] = []
         for number in self.consumers.waiting:
-            out += self.intake._complete_handshake(number)
+            out += self.intake.complete_handshake(number)
         self.consumers.waiting.clear()
         return out
 
@@ -237,48 +239,48 @@ class Router:
         self.bridge.reset()
         return list(self.ids.drop_all())
 
-    def relay_from_vm(
-        self, data: bytes, send: Callable[[int, bytes], object] | None = None
-    ) -> SendToDebugger | None:
-        """The relay lane: when ``data`` is exactly one whole reply to a consumer's command
-        that nothing here reads, the command that passes it on (counted, its id restored);
-        otherwise None and nothing changed (``vm_data`` takes it). ``send(debugger, bytes)``,
-        when given, is called with the packet as soon as it is made, before the id map and the
-        counters are updated, and what it returns is kept in ``lane_sent``: the relay thread
-        writes the packet there, so that bookkeeping is off the packet's way."""
+    def relay_from_vm(self, data: bytes) -> VmLane | None:
+        """The relay lane's decision for bytes from the VM, which changes nothing: when ``data``
+        is exactly one whole reply to a consumer's command that nothing here reads, what to
+        write (``(consumer number, packet, token...)``: the packet with the consumer's own id
+        restored); otherwise None (``vm_data`` takes it). The driver writes the packet, then
+        hands the whole tuple to ``relayed_from_vm``, which does the bookkeeping."""
         if self.pieces.relay is not None or self._decoder.held or len(data) < 11:
             return None
         length, vm_id, flags, b9, b10 = _COMMAND_HEADER.unpack_from(data)
         if flags != 0x80 or length != len(data) or length > self.stream_threshold:
             return None
-        ids = self.ids
-        pending = ids.get(vm_id)
-        if (
-            pending is None
-            or type(pending.origin) is not DebuggerOrigin
-            or (pending.command_set << 8) | pending.command in READ_REPLIES
-            or (vm_id in self.bridge.watch and not self.bridge.lane_reply(vm_id, b9 | b10))
+        pending = self.ids.get(vm_id)
+        if pending is None or type(pending.origin) is not DebuggerOrigin:
+            return None
+        watched = vm_id in self.bridge.watch
+        if (pending.command_set << 8) | pending.command in READ_REPLIES or (
+            watched and not self.bridge.lane_reply(vm_id, b9 | b10)
         ):
             return None
         consumer = self.consumers.by_id.get(pending.origin.debugger)
         if consumer is None or consumer.streaming:
             return None
         head = _REPLY_HEADER.pack(length, pending.original_id, 0x80, (b9 << 8) | b10)
-        packet = head + data[11:]
-        if send is not None:
-            self.lane_sent = send(consumer.id, packet)
-        ids.forget(pending)
+        return consumer.id, head + data[11:], consumer, pending, watched
+
+    def relayed_from_vm(self, lane: VmLane) -> None:
+        """The bookkeeping of a reply the relay lane passed on (``relay_from_vm``'s tuple,
+        written or queued by now): its id forgotten, the counters."""
+        _, packet, consumer, pending, watched = lane
+        self.ids.forget(pending)
+        if watched:
+            self.bridge.lane_replied(pending.vm_id)
+        length = len(packet)
         consumer.packets_out += 1
         consumer.bytes_out += length
         self.packets_to_debuggers += 1
         self.bytes_to_debuggers += length
-        return SendToDebugger(consumer.id, packet)
 
     def vm_data(self, data: bytes) -> list[Command]:
-        """Bytes from the VM: route every complete packet (or piece) they finish."""
-        relayed = self.relay_from_vm(data)
-        if relayed is not None:
-            return [relayed]
+        """Bytes from the VM: route every complete packet (or piece) they finish. The general
+        path: the driver has tried the relay lane (``relay_from_vm``) first, which takes a
+        packet exactly as this path would have, faster."""
         decoder = self._decoder
         if self.pieces.relay is None and not decoder.held and len(data) >= 11:
             # The common case on the relay path: exactly one whole small packet.
@@ -457,10 +459,8 @@ class Router:
         return []
 
     def debugger_data(self, number: int, data: bytes) -> tuple[list[Command], str | None]:
-        """Bytes from a consumer: the commands, and the reason it leaves (None while it stays)."""
-        relayed = self.relay_from_debugger(number, data)
-        if relayed is not None:
-            return [relayed], None
+        """Bytes from a consumer: the commands, and the reason it leaves (None while it stays).
+        The general path: the driver has tried the relay lane (``relay_from_debugger``) first."""
         return self.intake.debugger_data(number, data)
 
     def debugger_left(self, number: int) -> tuple[bool, bool, list[Command]]:
@@ -468,13 +468,12 @@ class Router:
         it was debugging, and the commands."""
         return self.intake.debugger_left(number)
 
-    def relay_from_debugger(
-        self, number: int, data: bytes, send: Callable[[bytes], object] | None = None
-    ) -> SendToVm | None:
-        """The relay lane: when ``data`` is exactly one whole command of a debugging consumer
-        that no rule here answers or reads, the command that writes it to the VM (under a fresh
-        id from the one IdRewriter); otherwise None and nothing changed (``debugger_data``
-        takes it). ``send``: as for ``relay_from_vm`` (called with the packet's bytes)."""
+    def relay_from_debugger(self, number: int, data: bytes) -> DebuggerLane | None:
+        """The relay lane's decision for bytes from a consumer, which changes nothing: when
+        ``data`` is exactly one whole command of a debugging consumer that no rule here answers
+        or reads, what to write to the VM (``(packet, token...)``: the packet under the fresh
+        id the one IdRewriter will record for it); otherwise None (``debugger_data`` takes it).
+        The driver writes the packet, then hands the tuple to ``relayed_from_debugger``."""
         consumer = self.consumers.by_id.get(number)
         if (
             consumer is None
@@ -490,16 +489,19 @@ class Router:
         off = OFF_LANE.get((command_set << 8) | command)
         if off is not None and (off == SLOW or self.attached_count != 1):
             return None
-        ids = self.ids
-        vm_id = ids.next_free()
+        vm_id = self.ids.next_free()
         packet = _COMMAND_HEADER.pack(length, vm_id, 0, command_set, command) + data[11:]
-        if send is not None:
-            self.lane_sent = send(packet)
-        ids.record_relayed(vm_id, consumer.origin, packet_id, command_set, command)
+        return packet, consumer, vm_id, packet_id, command_set, command, off
+
+    def relayed_from_debugger(self, lane: DebuggerLane) -> None:
+        """The bookkeeping of a command the relay lane passed on (``relay_from_debugger``'s
+        tuple, written or queued by now): its id recorded, the bridge's ledger, the counters."""
+        packet, consumer, vm_id, packet_id, command_set, command, off = lane
+        self.ids.record_relayed(vm_id, consumer.origin, packet_id, command_set, command)
         if off == RECORDED:  # a debugger alone: the bridge's ledger sees it all the same
-            self.bridge.lane_record(number, command, vm_id)
+            self.bridge.lane_record(consumer.id, command, vm_id)
+        length = len(packet)
         consumer.packets_in += 1
         consumer.bytes_in += length
         self.packets_to_vm += 1
         self.bytes_to_vm += length
-        return SendToVm(packet)

@@ -134,19 +134,20 @@ class VmSession:
             max_debuggers=s.max_debuggers,
             ddm_timeout=s.ddm_request,
         )
-        # The relay lane (the driver calls these per packet first; the router's functions
-        # themselves, bound once, as the lane pays for every call):
-        # - relay_vm(data, send=None): bytes from the VM, when they are one whole reply to a
-        #   debugger that nothing here reads: the one command ``handle(VmBytes(data), now)``
-        #   would return, made without the general path's cost; otherwise None and nothing
-        #   changed.
-        # - relay_debugger(number, data, send=None): bytes from a debugger, when they are one
-        #   whole command no rule answers or reads: the one command ``handle(ConsumerBytes(
-        #   number, data), now)`` would return; otherwise None and nothing changed.
-        # ``send`` writes the packet before the bookkeeping (``Router.relay_from_vm``).
+        # The relay lane (the driver tries it per packet before ``handle``; the router's
+        # functions themselves, bound once, as the lane pays for every call). Each decision
+        # changes nothing; the driver writes the packet, then commits the tuple (one call):
+        # - relay_vm(data) -> VmLane | None, then relayed_vm(lane): bytes from the VM that are
+        #   one whole reply to a debugger that nothing here reads.
+        # - relay_debugger(number, data) -> DebuggerLane | None, then relayed_debugger(lane):
+        #   bytes from a debugger that are one whole command no rule answers or reads.
+        # On None the driver feeds the bytes to ``handle``, whose general path does not try the
+        # lane again; it takes a packet exactly as the lane would have.
         self.relay_vm = self.router.relay_from_vm
+        self.relayed_vm = self.router.relayed_from_vm
         self.relay_debugger = self.router.relay_from_debugger
-        self.connected_at: float | None = None  # set by the driver (wall clock)
+        self.relayed_debugger = self.router.relayed_from_debugger
+        self.connected_at: float | None = None  # wall clock, from VmConnected
         self.reconnects = 0
         self._handler_view = handler_view or dataclasses.asdict
         self._out: list[Command] = []  # the commands of the input being handled
@@ -239,13 +240,6 @@ class VmSession:
         """The trace's state: unknown, off, method or sampling (``Profiling``)."""
         return self.profiling.trace_state
 
-    def id_sizes(self) -> bytes | None:
-        """The VM's IDSizes reply, once a debugger asked for it."""
-        return self.router.cached_id_sizes()
-
-    def router_statistics(self) -> RouterStatistics:
-        return self.router.statistics()
-
     def profiling_offer(self) -> dict[str, dict[str, object]]:
         """Which profiling features this VM offers, and why not (``Profiling``)."""
         return self.profiling.profiling_offer()
@@ -319,7 +313,7 @@ class VmSession:
     def _connected(self, item: VmConnected, now: float) -> None:
         reopened = self.state == "reconnecting"
         self.lifecycle.goto("connected")
-        self.connected_at = now
+        self.connected_at = now if item.wall is None else item.wall
         self.model.forget_threads()
         self.jvm_threads.reset()
         if reopened:
@@ -446,6 +440,29 @@ class VmSession:
         if wake is not None and (wake != self._wake or again):
             self._out.append(WakeMeAt(wake))
         self._wake = wake
+
+    # ------------------------------------------------------------------ for the driver
+
+    def relay_statistics(self) -> RouterStatistics:
+        """Packets and bytes relayed both ways, commands outstanding, consumers."""
+        return self.router.statistics()
+
+    def consumer_attached(self, number: int) -> bool:
+        """The consumer's handshake is done."""
+        return self.router.is_attached(number)
+
+    def consumer_waiting(self, number: int) -> bool:
+        """The consumer's handshake is held until the VM connection is ready."""
+        return self.router.is_waiting(number)
+
+    def consumer_state(self, number: int) -> tuple[int, int, int, bool] | None:
+        """(packets in, packets out, threads it holds suspended, debugging) of an attached
+        consumer; None for one still in its handshake, or gone."""
+        router = self.router
+        counts = router.debugger_statistics(number)
+        if counts is None or not router.is_attached(number):
+            return None
+        return counts[0], counts[1], router.bridge.held_by(number), number in router.attached()
 
     # ------------------------------------------------------------------ the snapshot
 

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from ddmd.drive.debugger import DebuggerConnection, Outbox
+from ddmd.drive.relay import Relay
 from ddmd.drive.relaythreads import (
     Looking,
     Poller,
@@ -24,7 +25,7 @@ from ddmd.drive.relaythreads import (
 from ddmd.drive.threadlane import ThreadLane
 from ddmd.drive.writes import PendingWrites
 from ddmd.protocol.errors import RemoteProtocolError
-from ddmd.session.commands import Changed, Command, Log, SendToDebugger, SendToVm
+from ddmd.session.commands import Changed, Command, Log, SendToDebugger
 from ddmd.session.inputs import ConsumerBytes
 
 CAP = 10
@@ -271,23 +272,63 @@ async def test_the_thread_runs_trio_code_in_its_host_task() -> None:
             peer.close()
 
 
-class _Session:
-    """A session whose relay lane takes the commands that start with b"F" (fast), sending them
-    as the router does; the others make it ask for something only the event loop does
-    (``Changed``)."""
+class _Logged:
+    """A logger that keeps what ``Relay.log`` writes: (event, fields)."""
 
     def __init__(self) -> None:
-        self.router = SimpleNamespace(lane_sent=None)
+        self.lines: list[tuple[str, dict[str, Any]]] = []
 
-    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> SendToVm | None:
-        if not data.startswith(b"F"):
-            return None
-        if send is not None:
-            self.router.lane_sent = send(data)
-        return SendToVm(data)
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        self.lines.append((event, fields))
 
-    def relay_vm(self, data: bytes, send: Any = None) -> None:
-        return None  # this test's VM sends nothing
+
+def relay_of(session: Any, writes: PendingWrites, logger: _Logged | None = None) -> Relay:
+    """The driver's ``Relay`` around a stand-in session; the event loop's part fails."""
+
+    def in_loop(command: Command) -> None:
+        raise AssertionError(f"only the event loop carries out {command!r}")
+
+    return Relay(
+        session,
+        writes,
+        logger=logger or _Logged(),  # type: ignore[arg-type]
+        in_loop=in_loop,
+        on_full=in_loop,
+    )
+
+
+class _StandIn:
+    """A session's relay lane that takes nothing (its decisions and commits)."""
+
+    def relay_vm(self, data: bytes) -> Any:
+        return None
+
+    def relayed_vm(self, lane: Any) -> None:
+        raise AssertionError("nothing to commit")
+
+    def relay_debugger(self, number: int, data: bytes) -> Any:
+        return None
+
+    def relayed_debugger(self, lane: Any) -> None:
+        raise AssertionError("nothing to commit")
+
+    def handle(self, item: object, now: float) -> list[Command]:
+        return []
+
+
+class _Session(_StandIn):
+    """A session whose relay lane takes the commands that start with b"F" (fast), as the
+    router decides them (the packet to write, then what the commit needs); the others make it
+    ask for something only the event loop does (``Changed``)."""
+
+    def __init__(self) -> None:
+        self.committed: list[bytes] = []
+
+    def relay_debugger(self, number: int, data: bytes) -> Any:
+        return (data, number) if data.startswith(b"F") else None
+
+    def relayed_debugger(self, lane: Any) -> None:
+        self.committed.append(lane[0])
 
     def handle(self, item: ConsumerBytes, now: float) -> list[Command]:
         return [Changed(renamed=item.data == b"S1")]
@@ -313,7 +354,9 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
         stream = trio.SocketStream(sock)
         debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
         writes = PendingWrites({1: debugger}, lambda: vm)  # type: ignore[arg-type,return-value]
-        lane = ThreadLane(_Session(), writes, log=lambda _: None)  # type: ignore[arg-type]
+        session = _Session()
+        relay = relay_of(session, writes)
+        lane = ThreadLane(relay, writes.debuggers)
 
         async def vm_rest(data: bytes | None, later: list[Command]) -> str | None:
             return "the VM left" if data == b"" else None
@@ -344,7 +387,8 @@ async def test_a_read_handed_to_trio_is_done_before_the_thread_reads_on() -> Non
             nursery.start_soon(feed)
             assert await lane.read_vm(vm_sock, vm_rest, rest) == "the VM left"
         assert log == ["handled [Changed(renamed=True)]", "wrote F2"]
-        assert (lane.counts.relayed, lane.counts.handed) == (1, 1)  # F2; S1
+        assert session.committed == [b"F2"]  # committed after its write
+        assert (relay.counts.relayed, relay.counts.handed) == (1, 1)  # F2; S1
         assert not lane.running
         sock.close()
         vm_sock.close()
@@ -376,8 +420,8 @@ def test_the_thread_does_what_needs_no_event_loop_and_hands_on_the_rest_in_order
     outbox = _Outbox(room=2)
     debugger = SimpleNamespace(gone=False, outbox=outbox)
     writes = PendingWrites({7: debugger}, lambda: None)  # type: ignore[dict-item]
-    logged: list[Log] = []
-    lane = ThreadLane(None, writes, log=logged.append)  # type: ignore[arg-type]
+    logged = _Logged()
+    relay = relay_of(_StandIn(), writes, logged)
     line = Log("debugger.event_dropped", "debug")
     commands: list[Command] = [
         SendToDebugger(7, b"one"),
@@ -386,26 +430,19 @@ def test_the_thread_does_what_needs_no_event_loop_and_hands_on_the_rest_in_order
         Changed(),
         SendToDebugger(7, b"two"),
     ]
-    assert lane._act_here(commands) == commands[3:]  # Changed needs the event loop
+    # The one executor, in the relay thread (``loop=False``).
+    assert relay.carry_out(commands, loop=False) == commands[3:]  # Changed needs the loop
     assert outbox.queue == [b"one"]
-    assert logged == [line]
+    assert logged.lines == [(line.event, line.fields)]
     assert writes.dirty == [outbox]
     # A full queue is the event loop's rule (the slow consumer): handed on from there.
     outbox.room = 1
     full: list[Command] = [SendToDebugger(7, b"three"), line]
-    assert lane._act_here(full) == full
+    assert relay.carry_out(full, loop=False) == full
     assert outbox.queue == [b"one"]
 
 
-class _BrokenVmSession:
-    router = SimpleNamespace(lane_sent=None)
-
-    def relay_vm(self, data: bytes, send: Any = None) -> None:
-        return None
-
-    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> None:
-        return None
-
+class _BrokenVmSession(_StandIn):
     def handle(self, item: object, now: float) -> list[Command]:
         raise RemoteProtocolError("a packet of 3 bytes")
 
@@ -415,9 +452,9 @@ async def test_a_vm_that_breaks_the_protocol_ends_the_thread_with_the_reason_log
         vm_sock, vm_peer = socket_pair()
         stream = trio.SocketStream(socket_pair()[0])
         debugger = DebuggerConnection(1, stream, "peer", "current", None, Outbox(stream, 1, 1))
-        logged: list[Log] = []
+        logged = _Logged()
         writes = PendingWrites({1: debugger}, lambda: None)
-        lane = ThreadLane(_BrokenVmSession(), writes, log=logged.append)  # type: ignore[arg-type]
+        lane = ThreadLane(relay_of(_BrokenVmSession(), writes, logged), writes.debuggers)
 
         async def never(*_: object) -> None:
             raise AssertionError("nothing is handed to the event loop")
@@ -425,28 +462,30 @@ async def test_a_vm_that_breaks_the_protocol_ends_the_thread_with_the_reason_log
         vm_peer.sendall(b"\x00\x00\x00\x03xxxxxxx")
         reason = await lane.read_vm(vm_sock, never, never)  # type: ignore[arg-type]
         assert reason == "protocol error: a packet of 3 bytes"
-        assert [(log.event, log.fields) for log in logged] == [
-            ("vm.protocol_error", {"error": "a packet of 3 bytes"})
-        ]
+        assert logged.lines == [("vm.protocol_error", {"error": "a packet of 3 bytes"})]
         assert not lane.running
         vm_sock.close()
         vm_peer.close()
 
 
-class _LaneSession:
-    """A session whose relay lane takes every packet, sending it as the router does: replies
-    to debugger 7, commands to the VM."""
+class _LaneSession(_StandIn):
+    """A session whose relay lane takes every packet, as the router decides it: replies to
+    debugger 7, commands to the VM. Every decision is committed, written or dropped."""
 
     def __init__(self) -> None:
-        self.router = SimpleNamespace(lane_sent=None)
+        self.committed = 0
 
-    def relay_vm(self, data: bytes, send: Any = None) -> SendToDebugger:
-        self.router.lane_sent = send(7, data)
-        return SendToDebugger(7, data)
+    def relay_vm(self, data: bytes) -> Any:
+        return (7, data)
 
-    def relay_debugger(self, number: int, data: bytes, send: Any = None) -> SendToVm:
-        self.router.lane_sent = send(data)
-        return SendToVm(data)
+    def relayed_vm(self, lane: Any) -> None:
+        self.committed += 1
+
+    def relay_debugger(self, number: int, data: bytes) -> Any:
+        return (data,)
+
+    def relayed_debugger(self, lane: Any) -> None:
+        self.committed += 1
 
 
 async def test_a_relayed_packet_whose_receiver_is_gone_is_dropped_in_the_thread() -> None:
@@ -462,21 +501,21 @@ async def test_a_relayed_packet_whose_receiver_is_gone_is_dropped_in_the_thread(
     debuggers: dict[int, DebuggerConnection] = {}
     vm_outbox: list[object] = [None]
     writes = PendingWrites(debuggers, lambda: vm_outbox[0])  # type: ignore[arg-type,return-value]
-    lane = ThreadLane(_LaneSession(), writes, log=lambda _: None)  # type: ignore[arg-type]
-    lane._relay_vm = lane._session.relay_vm
-    lane._relay_debugger = lane._session.relay_debugger
-    lane._router = lane._session.router  # type: ignore[assignment]
-    clock = trio.lowlevel.current_clock()
+    session = _LaneSession()
+    relay = relay_of(session, writes)
+    lane = ThreadLane(relay, debuggers)
+    now = trio.lowlevel.current_clock().current_time
     vm_peer.sendall(b"reply for a debugger that left")
-    assert lane._vm_read(vm_sock, clock) is None  # dropped: nothing for the event loop
+    assert lane._vm_read(vm_sock, now) is None  # dropped: nothing for the event loop
     member = SimpleNamespace(debugger=debugger, sock=dbg_sock, stop=False, error=None)
     dbg_peer.sendall(b"command while the VM is gone")
-    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert lane._debugger_read(member, now) is None  # type: ignore[arg-type]
     assert written == []
     vm_outbox[0] = outbox  # the VM is back: the next command is written at once
     dbg_peer.sendall(b"next command")
-    assert lane._debugger_read(member, clock) is None  # type: ignore[arg-type]
+    assert lane._debugger_read(member, now) is None  # type: ignore[arg-type]
     assert written == [b"next command"]
-    assert (lane.counts.relayed, lane.counts.handed) == (3, 0)
+    assert (relay.counts.relayed, relay.counts.handed) == (3, 0)
+    assert session.committed == 3
     for each in (vm_sock, vm_peer, dbg_sock, dbg_peer):
         each.close()

@@ -17,7 +17,7 @@ from ddmd.cli import client as cli_client
 from ddmd.config import ControlConfig
 from ddmd.control.app import create_app
 from ddmd.control.safety import control_middleware
-from ddmd.drive.ddms import CaptureResult
+from ddmd.drive.captures import CaptureResult
 from ddmd.errors import FeatureUnsupported
 from ddmd.registry import VmRegistry
 from ddmd.sim.hprof import dump_bytes, sim_heap_content

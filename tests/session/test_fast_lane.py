@@ -2,11 +2,13 @@
 
 ``lanes.SLOW_LANE`` is the one table of commands that stay off the fast lane. Each entry has a
 Playbook here (``PLAYBOOKS`` maps every entry to its test, and a test checks the two agree):
-the command is not taken by ``Router.relay_from_debugger``, and ``debugger_data`` applies its
-rule. Every other command, AllThreads first, takes the fast lane both ways.
+the command is not taken by ``Router.relay_from_debugger`` (the lane's decision), and
+``debugger_data`` applies its rule. Every other command, AllThreads first, takes the fast lane
+both ways.
 
 ``Laned.handle`` feeds the router the way the driver does: the fast lane first
-(``relay_from_debugger``/``relay_from_vm``), the general path when it says None; each input of
+(``relay_from_debugger``/``relay_from_vm``, committed at once: ``tests/session/relaying.py``),
+the general path when it says None; each input of
 bytes is followed in the transcript by ``FAST`` or ``SLOW``, the lane that took it.
 """
 
@@ -45,6 +47,7 @@ from ddmd.session.lanes import (
     keys_of,
 )
 from tests.session.playbook import Playbook
+from tests.session.relaying import lane_from_debugger, lane_from_vm
 from tests.session.test_bridge import (
     ALL,
     NONE,
@@ -98,9 +101,9 @@ class Laned(Bridged):
     def handle(self, item: Any) -> list[Any]:
         r = self.router
         if isinstance(item, ConsumerBytes):
-            sent: Command | None = r.relay_from_debugger(item.consumer, item.data)
+            sent: Command | None = lane_from_debugger(r, item.consumer, item.data)
         elif isinstance(item, VmBytes):
-            sent = r.relay_from_vm(item.data)
+            sent = lane_from_vm(r, item.data)
         else:
             return super().handle(item)
         if sent is not None:
@@ -239,8 +242,8 @@ def test_all_threads_takes_the_fast_lane_both_ways() -> None:
     threads = int4(2) + tid(1) + tid(2)
     # The two lanes called directly: a SendToVm under a fresh id, a SendToDebugger with the
     # debugger's own id restored, and nothing left pending.
-    assert r.relay_from_debugger(1, cmd(9, ALL_THREADS)) == SendToVm(cmd(2, ALL_THREADS))
-    assert r.relay_from_vm(reply(2, threads)) == SendToDebugger(1, reply(9, threads))
+    assert lane_from_debugger(r, 1, cmd(9, ALL_THREADS)) == SendToVm(cmd(2, ALL_THREADS))
+    assert lane_from_vm(r, reply(2, threads)) == SendToDebugger(1, reply(9, threads))
     assert len(r.ids) == 0
     # As the driver feeds it, with two debuggers asking at once.
     h = ready(1, 2)
@@ -307,7 +310,7 @@ def test_every_vm_command_off_the_table_takes_the_fast_lane(command: V) -> None:
 def test_version_is_asked_once_and_then_answered_from_the_cache() -> None:
     h = ready(1, 2)
     version = b"\x00\x00\x00\x03JVM" + int4(17) + int4(0)
-    assert h.router.relay_from_debugger(1, cmd(3, VERSION)) is None
+    assert lane_from_debugger(h.router, 1, cmd(3, VERSION)) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, VERSION))
@@ -325,7 +328,7 @@ def test_version_is_asked_once_and_then_answered_from_the_cache() -> None:
 
 def test_id_sizes_is_asked_once_and_then_answered_from_the_cache() -> None:
     h = attached(1, 2)
-    assert h.router.relay_from_debugger(1, cmd(1, ID_SIZES)) is None
+    assert lane_from_debugger(h.router, 1, cmd(1, ID_SIZES)) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(1, ID_SIZES))
@@ -344,7 +347,7 @@ def test_id_sizes_is_asked_once_and_then_answered_from_the_cache() -> None:
 
 def test_dispose_is_answered_here_and_never_reaches_the_vm() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(2, cmd(4, DISPOSE)) is None
+    assert lane_from_debugger(h.router, 2, cmd(4, DISPOSE)) is None
     assert (
         h.book(logs=True)
         >> ConsumerBytes(2, cmd(4, DISPOSE))
@@ -362,7 +365,7 @@ def test_dispose_is_answered_here_and_never_reaches_the_vm() -> None:
 
 def test_vm_suspend_is_recorded_in_the_ledger() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(1, cmd(3, SUSPEND)) is None
+    assert lane_from_debugger(h.router, 1, cmd(3, SUSPEND)) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, SUSPEND))
@@ -450,7 +453,7 @@ def test_a_lane_suspend_is_released_when_its_debugger_leaves_others_behind() -> 
 def test_vm_resume_of_nothing_held_by_the_sender_is_answered_here() -> None:
     h = ready(1, 2)
     owns(h, 1, 3, 2, request=5, policy=ALL)
-    assert h.router.relay_from_debugger(2, cmd(2, RESUME)) is None
+    assert lane_from_debugger(h.router, 2, cmd(2, RESUME)) is None
     assert (
         h.book()
         >> VmBytes(composite(ALL, bp(5)))
@@ -465,7 +468,7 @@ def test_vm_resume_of_nothing_held_by_the_sender_is_answered_here() -> None:
 
 def test_exit_is_logged_with_the_debuggers_it_ends() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(1, cmd(6, EXIT, int4(0))) is None
+    assert lane_from_debugger(h.router, 1, cmd(6, EXIT, int4(0))) is None
     assert (
         h.book(logs=True)
         >> ConsumerBytes(1, cmd(6, EXIT, int4(0)))
@@ -482,7 +485,7 @@ def test_exit_is_logged_with_the_debuggers_it_ends() -> None:
 def test_hold_and_release_events_are_answered_here_per_debugger() -> None:
     h = ready(1, 2)
     owns(h, 1, 3, 2, request=5, policy=NONE)
-    assert h.router.relay_from_debugger(1, cmd(5, HOLD)) is None
+    assert lane_from_debugger(h.router, 1, cmd(5, HOLD)) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(5, HOLD))
@@ -495,12 +498,12 @@ def test_hold_and_release_events_are_answered_here_per_debugger() -> None:
         << SendToDebugger(1, reply(7))
         << SendToDebugger(1, composite(NONE, bp(5)))
     )
-    assert h.router.relay_from_debugger(1, cmd(9, RELEASE)) is None
+    assert lane_from_debugger(h.router, 1, cmd(9, RELEASE)) is None
 
 
 def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(1, cmd(3, T_SUSPEND, tid(T1))) is None
+    assert lane_from_debugger(h.router, 1, cmd(3, T_SUSPEND, tid(T1))) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
@@ -511,7 +514,7 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
         << SendToDebugger(1, reply(3))
     )
     assert h.bridge.held_by(1) == 1
-    assert h.router.relay_from_debugger(2, cmd(4, T_RESUME, tid(T1))) is None
+    assert lane_from_debugger(h.router, 2, cmd(4, T_RESUME, tid(T1))) is None
     assert (
         h.book()
         >> ConsumerBytes(2, cmd(4, T_RESUME, tid(T1)))
@@ -526,7 +529,7 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
 
 def test_suspend_count_is_the_sender_s_own() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(2, cmd(1, T_COUNT, tid(T1))) is None
+    assert lane_from_debugger(h.router, 2, cmd(1, T_COUNT, tid(T1))) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
@@ -561,7 +564,7 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
     )
     # Two: debugger 1 holds T1, which debugger 2 must see running.
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(2, cmd(4, command, body)) is None
+    assert lane_from_debugger(h.router, 2, cmd(4, command, body)) is None
     playbook = (
         h.book()
         >> ConsumerBytes(1, cmd(3, T_SUSPEND, tid(T1)))
@@ -598,7 +601,7 @@ def test_a_shared_view_command_is_slow_only_with_several_debuggers(key: int) -> 
 
 def test_event_request_set_gives_the_sender_its_request() -> None:
     h = ready(1, 2)
-    assert h.router.relay_from_debugger(1, cmd(3, SET, set_bp(ALL))) is None
+    assert lane_from_debugger(h.router, 1, cmd(3, SET, set_bp(ALL))) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, SET, set_bp(ALL)))
@@ -617,7 +620,7 @@ def test_event_request_set_gives_the_sender_its_request() -> None:
 def test_event_request_clear_of_another_s_request_is_answered_here() -> None:
     h = ready(1, 2)
     owns(h, 1, 3, 2, request=5)
-    assert h.router.relay_from_debugger(2, cmd(8, CLEAR, clear(BREAKPOINT, 5))) is None
+    assert lane_from_debugger(h.router, 2, cmd(8, CLEAR, clear(BREAKPOINT, 5))) is None
     assert (
         h.book()
         >> ConsumerBytes(2, cmd(8, CLEAR, clear(BREAKPOINT, 5)))
@@ -632,7 +635,7 @@ def test_event_request_clear_of_another_s_request_is_answered_here() -> None:
 def test_clear_all_breakpoints_clears_only_the_sender_s() -> None:
     h = ready(1, 2)
     owns(h, 2, 1, 2, request=7)
-    assert h.router.relay_from_debugger(1, cmd(3, CLEAR_BREAKPOINTS)) is None
+    assert lane_from_debugger(h.router, 1, cmd(3, CLEAR_BREAKPOINTS)) is None
     assert (
         h.book()
         >> ConsumerBytes(1, cmd(3, CLEAR_BREAKPOINTS))
@@ -650,7 +653,7 @@ def test_clear_all_breakpoints_clears_only_the_sender_s() -> None:
 def test_ddm_requests_go_through_the_sharing_rules() -> None:
     h = ready(1)
     helo = encode(ddm_command(5, HeloRequest(1)))
-    assert h.router.relay_from_debugger(1, helo) is None
+    assert lane_from_debugger(h.router, 1, helo) is None
     assert (
         h.book()
         >> ConsumerBytes(1, helo)

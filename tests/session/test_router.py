@@ -31,6 +31,7 @@ from ddmd.session.inputs import (
 )
 from ddmd.session.router import Router
 from tests.session.playbook import Placeholder, Playbook
+from tests.session.relaying import lane_from_debugger, lane_from_vm
 
 VM = CommandSet.VIRTUAL_MACHINE
 VERSION = (VM, VirtualMachineCommand.VERSION)
@@ -170,67 +171,78 @@ def test_the_relay_lane_takes_only_packets_nothing_here_reads() -> None:
     assert attached(h, 1)
     r = h.router
     # A debugger's plain command and its reply take the lane, ids rewritten both ways.
-    assert r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x")) == SendToVm(
+    assert lane_from_debugger(r, 1, cmd(7, CLASS_BY_SIGNATURE, b"x")) == SendToVm(
         cmd(1, CLASS_BY_SIGNATURE, b"x")
     )
-    assert r.relay_from_vm(reply(1, b"answer")) == SendToDebugger(1, reply(7, b"answer"))
+    assert lane_from_vm(r, reply(1, b"answer")) == SendToDebugger(1, reply(7, b"answer"))
     assert len(r.ids) == 0
     # Not taken, and nothing changed: a VirtualMachine command (answered or cached here), a
     # piece of a packet, a reply to ddmd's own request, a debugger still in its handshake.
-    assert r.relay_from_debugger(1, cmd(8, VERSION)) is None
-    assert r.relay_from_debugger(1, cmd(8, CLASS_BY_SIGNATURE, b"xy")[:-1]) is None
+    assert lane_from_debugger(r, 1, cmd(8, VERSION)) is None
+    assert lane_from_debugger(r, 1, cmd(8, CLASS_BY_SIGNATURE, b"xy")[:-1]) is None
     own = r.ids.allocate("ddmd", 5, CommandSet.DDM, 1, None)
-    assert r.relay_from_vm(reply(own, b"chunk")) is None
+    assert lane_from_vm(r, reply(own, b"chunk")) is None
     assert r.ids.get(own) is not None  # still pending: the general path resolves it
     assert r.vm_data(reply(own, b"chunk")) == []
     assert [p.id for _, p in h.replies] == [own]
     r.debugger_joined(2, "current", "p")
-    assert r.relay_from_debugger(2, cmd(1, CLASS_BY_SIGNATURE)) is None
+    assert lane_from_debugger(r, 2, cmd(1, CLASS_BY_SIGNATURE)) is None
     # A command split over two reads is not the lane's; the general path still relays it.
     whole = cmd(9, CLASS_BY_SIGNATURE, b"abc")
     assert r.debugger_data(1, whole[:5]) == ([], None)
-    assert r.relay_from_debugger(1, whole[5:]) is None
+    assert lane_from_debugger(r, 1, whole[5:]) is None
     out, leaving = r.debugger_data(1, whole[5:])
     assert leaving is None
     assert len(out) == 1
     assert isinstance(out[0], SendToVm)
 
 
-def test_the_relay_lane_sends_a_packet_before_it_records_it() -> None:
-    """With ``send`` (the relay thread's write), the lane hands the packet over as soon as it is
-    made, then updates the id map and the counters; what ``send`` returned is in
-    ``lane_sent``. The packet and the state after are the same as without ``send``."""
+def test_the_relay_lane_decides_without_changing_anything_until_the_commit() -> None:
+    """The lane's decision (``relay_from_debugger``/``relay_from_vm``) is pure: it says what to
+    write and changes nothing, so the driver writes the packet first; then one call
+    (``relayed_from_debugger``/``relayed_from_vm``) does the bookkeeping: the id map and the
+    counters change then, and only then."""
     h = RouterHarness()
     assert attached(h, 1)
     r = h.router
-    seen: list[tuple[bytes, int, int]] = []
 
-    def to_vm(data: bytes) -> object:
-        seen.append((data, len(r.ids), r.packets_to_vm))  # not recorded yet
-        return "written"
+    def state() -> tuple[int, int, int, int, int, tuple[int, int, int, int] | None]:
+        return (
+            len(r.ids),
+            r.packets_to_vm,
+            r.bytes_to_vm,
+            r.packets_to_debuggers,
+            r.bytes_to_debuggers,
+            r.debugger_statistics(1),
+        )
 
-    sent = r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x"), to_vm)
-    assert sent == SendToVm(cmd(1, CLASS_BY_SIGNATURE, b"x"))
-    assert seen == [(cmd(1, CLASS_BY_SIGNATURE, b"x"), 0, 0)]
-    assert r.lane_sent == "written"
-    assert (len(r.ids), r.packets_to_vm) == (1, 1)  # recorded after the send
-    got: list[tuple[int, bytes, int]] = []
+    before = state()
+    command = r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x"))
+    assert command is not None
+    assert command[0] == cmd(1, CLASS_BY_SIGNATURE, b"x")  # what to write, under a fresh id
+    assert state() == before  # nothing recorded, nothing counted
+    assert r.ids.get(1) is None
+    # Asked again, it decides the same: nothing moved.
+    again = r.relay_from_debugger(1, cmd(7, CLASS_BY_SIGNATURE, b"x"))
+    assert again is not None
+    assert again[0] == command[0]
+    r.relayed_from_debugger(command)  # written: now it is recorded
+    assert state() == (1, 1, 12, 0, 0, (1, 0, 12, 0))
+    pending = r.ids.get(1)
+    assert pending is not None
+    assert pending.original_id == 7
 
-    def to_debugger(debugger: int, data: bytes) -> object:
-        got.append((debugger, data, len(r.ids)))
-        return False  # the socket took part of it: the lane says so, the caller queues
-
-    assert r.relay_from_vm(reply(1, b"answer"), to_debugger) == SendToDebugger(
-        1, reply(7, b"answer")
-    )
-    assert got == [(1, reply(7, b"answer"), 1)]  # sent while its entry was still there
-    assert r.lane_sent is False
-    assert len(r.ids) == 0
-    # Not the lane's: ``send`` is not called, and nothing changed.
-    calls: list[bytes] = []
-    assert r.relay_from_debugger(1, cmd(8, VERSION), calls.append) is None
-    assert calls == []
-    assert r.lane_sent is False
+    before = state()
+    answer = r.relay_from_vm(reply(1, b"answer"))
+    assert answer is not None
+    assert (answer[0], answer[1]) == (1, reply(7, b"answer"))  # to debugger 1, its own id
+    assert state() == before  # the reply's entry is still pending, nothing counted
+    assert r.ids.get(1) is pending
+    r.relayed_from_vm(answer)
+    assert state() == (0, 1, 12, 1, 17, (1, 1, 12, 17))
+    # Not the lane's: None, and nothing to commit.
+    assert r.relay_from_debugger(1, cmd(8, VERSION)) is None
+    assert state() == (0, 1, 12, 1, 17, (1, 1, 12, 17))
 
 
 def test_ddmd_s_own_ids_never_collide_with_a_debugger_s() -> None:

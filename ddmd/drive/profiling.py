@@ -1,76 +1,81 @@
-"""The VM driver's half of method tracing, the allocation tracker, HPROF dumps and kill.
+"""The VM driver's profiling part: method tracing, the allocation tracker, HPROF dumps and
+kill (issue 13), and the files they bring.
 
 Layer: trio only (plus ``drive.captures``); every decision is the session's
-(``session/profiling.py``). A call that brings a file (a trace, a heap dump) gets a
-``CaptureFile`` before it is fed to the session; the session's ``Capture`` commands fill it,
-and the call returns once the file is complete on disk.
+(``session/profiling.py``). A part of ``VmDriver``, seen through its ``core.Core``. A call that
+brings a file (a trace, a heap dump) gets a ``CaptureFile`` before it is fed to the session; the
+session's ``Capture`` commands fill it (``put``), and the call returns once the file is complete
+on disk.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from ddmd.drive.captures import CaptureFile, capture_name
+from ddmd.drive.captures import HIGH_WATER, CaptureFile, CaptureResult, capture_name
+from ddmd.drive.core import Core
 from ddmd.drive.found import DeviceFiles
+from ddmd.drive.jvmtools import JvmTools
 from ddmd.errors import DdmFailed
 from ddmd.protocol.ddm import ResolvedAllocation
+from ddmd.session.commands import Capture
 from ddmd.session.inputs import (
     AllocTracker,
     DumpHprof,
     Kill,
-    Request,
     StartTrace,
     StopTrace,
     TraceState,
 )
 from ddmd.session.vm import VmSession
 
-if TYPE_CHECKING:
-    from ddmd.drive.jvmtools import JvmTools
-
-__all__ = ["CaptureResult", "ProfilingDriver"]
+__all__ = ["Profiling"]
 
 
-@dataclass(frozen=True, slots=True)
-class CaptureResult:
-    """A file the VM sent, complete on disk."""
+class Profiling:
+    """The ``VmHandle`` methods of issue 13's features, and the files under way (by call)."""
 
-    path: Path
-    size: int
+    def __init__(
+        self,
+        core: Core,
+        session: VmSession,
+        jvm: JvmTools,
+        *,
+        capture_dir: Path,
+        device_files: DeviceFiles | None,
+        app_name: Callable[[], str | None],
+    ) -> None:
+        self._core = core
+        self._session = session
+        self._jvm = jvm
+        self._captures: dict[int, CaptureFile] = {}  # call -> the file it brings
+        self.capture_dir = capture_dir
+        self.device_files = device_files  # adb VMs: where a VM that cannot stream writes
+        self._app_name = app_name
 
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.path.name, "bytes": self.size}
+    def put(self, command: Capture) -> None:
+        """A piece of the file a call brings (the session's ``Capture``)."""
+        capture = self._captures.get(command.call)
+        if capture is not None:
+            capture.put(command.data, command.last)
 
-
-class ProfilingDriver:
-    """Mixed into ``VmDriver``: the ``VmHandle`` methods of issue 13's features."""
-
-    _session: VmSession
-    _captures: dict[int, CaptureFile]
-    _nursery: trio.Nursery | None
-    capture_dir: Path
-    device_files: DeviceFiles | None
-
-    if TYPE_CHECKING:  # VmDriver's
-        jvm: JvmTools
-
-        async def _ask(self, request: Request, *, number: int | None = None) -> object: ...
-
-        def _next_call(self) -> int: ...
-
-        def _app_name(self) -> str | None: ...
+    async def wait_room(self) -> None:
+        """Wait while a file's disk is behind (the VM reader then lets TCP slow the VM)."""
+        for capture in list(self._captures.values()):
+            if capture.queued > HIGH_WATER:
+                await capture.wait_room()
 
     def profiling(self) -> dict[str, Any]:
         """What this VM offers (``available`` and the ``reason`` when not), and its states."""
         session = self._session
         features = session.profiling_offer()
-        if self.jvm.applies():  # a plain JVM: heap dumps through the attach API
-            features = {**features, **self.jvm.offer()}
+        if self._jvm.applies():  # a plain JVM: heap dumps through the attach API
+            features = {**features, **self._jvm.offer()}
         return {
             "features": features,
             "trace": session.trace_state,
@@ -86,12 +91,12 @@ class ProfilingDriver:
 
     async def start_trace(self, sampling_us: int | None = None) -> dict[str, Any]:
         request = StartTrace(sampling_us=sampling_us, device_path=self._device_path("trace"))
-        value = await self._ask(request)
+        value = await self._core.ask(request)
         assert isinstance(value, dict)
         return value
 
     async def trace_state(self) -> dict[str, Any]:
-        value = await self._ask(TraceState())
+        value = await self._core.ask(TraceState())
         assert isinstance(value, dict)
         return value
 
@@ -99,12 +104,12 @@ class ProfilingDriver:
         return await self._capture(StopTrace(), "trace")
 
     async def dump_hprof(self) -> CaptureResult:
-        if self.jvm.applies():  # a plain JVM: GC.heap_dump through the attach API
-            return await self.jvm.dump_hprof()
+        if self._jvm.applies():  # a plain JVM: GC.heap_dump through the attach API
+            return await self._jvm.dump_hprof()
         return await self._capture(DumpHprof(self._device_path("hprof")), "hprof")
 
     async def alloc_tracker(self, action: str) -> dict[str, Any]:
-        value = await self._ask(AllocTracker(action))
+        value = await self._core.ask(AllocTracker(action))
         assert isinstance(value, dict)
         allocations = value.get("allocations")
         if allocations is not None:
@@ -112,20 +117,21 @@ class ProfilingDriver:
         return value
 
     async def kill(self, status: int = 1) -> dict[str, Any]:
-        value = await self._ask(Kill(status))
+        value = await self._core.ask(Kill(status))
         assert isinstance(value, dict)
         return value
 
     async def _capture(self, request: StopTrace | DumpHprof, suffix: str) -> CaptureResult:
         """A call whose answer is a file: written to the capture directory as it arrives."""
-        if self._nursery is None:
+        nursery = self._core.nursery()
+        if nursery is None:
             raise DdmFailed("the VM is not connected")
-        number = self._next_call()
+        number = self._core.next_call()
         path = _free_path(self.capture_dir, capture_name(self._app_name(), suffix))
         capture = self._captures[number] = CaptureFile(path)
-        self._nursery.start_soon(capture.run)
+        nursery.start_soon(capture.run)
         try:
-            value = await self._ask(request, number=number)
+            value = await self._core.ask(request, number=number)
         except BaseException:
             capture.abandon("the call failed")
             with trio.CancelScope(shield=True):
