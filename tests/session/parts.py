@@ -94,6 +94,23 @@ class Silence:
     feature: str
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """A whole chunk the VM pushed (a part's ``handle_raw``)."""
+
+    chunk_type: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a push too large to hold (a part's ``push_piece``)."""
+
+    data: bytes
+    first: bool = False
+    last: bool = False
+
+
 @dataclass(slots=True)
 class FakeHost:
     """``SessionHost`` with everything it is asked recorded as commands."""

@@ -18,7 +18,7 @@ from ddmd.session.capture import Captures
 from ddmd.session.commands import Capture, Log
 from ddmd.session.host import PendingCall
 from ddmd.session.inputs import DumpHprof, StopTrace, Tick
-from tests.session.parts import FakeHost
+from tests.session.parts import FakeHost, Piece, Pushed
 
 MPSE = int(ddm.ChunkType.MPSE)
 HPDS = int(ddm.ChunkType.HPDS)
@@ -29,19 +29,6 @@ DUMP = b"JAVA PROFILE 1.0.3\x00" + bytes(100)
 class Expect:
     call: int
     chunk_type: int
-
-
-@dataclass(frozen=True)
-class Pushed:
-    chunk_type: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Piece:
-    data: bytes
-    first: bool = False
-    last: bool = False
 
 
 class Harness:

@@ -31,7 +31,7 @@ from ddmd.session.inputs import (
 )
 from ddmd.session.profiling import Profiling
 from ddmd.session.settings import SessionSettings
-from tests.session.parts import Answer, Ask, FakeHost, Jdwp, Silence, Unsupported
+from tests.session.parts import Answer, Ask, FakeHost, Jdwp, Piece, Pushed, Silence, Unsupported
 
 APP = "com.example.mail"
 MPSE = int(ddm.ChunkType.MPSE)
@@ -44,19 +44,6 @@ DUMP = b"JAVA PROFILE 1.0.3\x00" + bytes(100)
 class Begin:
     call: int
     request: object
-
-
-@dataclass(frozen=True)
-class Pushed:
-    chunk_type: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Piece:
-    data: bytes
-    first: bool = False
-    last: bool = False
 
 
 class Harness:
