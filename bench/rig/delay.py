@@ -8,12 +8,18 @@ Timing: a chunk read at t is written at t + RTT/2, whatever else is queued (each
 queue in arrival order with a writer that sleeps until each chunk's own due time: order kept,
 time never coalesced). RTT 0 writes at once.
 
+Connecting: a new connection costs one RTT, as TCP's handshake does on a real link: bytes the
+client sends before accept + RTT are held as if read then (the upstream connection itself is
+made at once, on loopback).
+
 Counting: in the client -> target direction the bytes after the 14-byte JDWP handshake are cut
 into packets by their header lengths; a packet without the reply flag (0x80) is a command, and
 each one is logged with the wall-clock time it was read (``time.time()``), its command set and
-command. With ``--adb`` the link carries adb's transport (an adb server -> a device): the
-24-byte message headers are parsed, every ``jdwp:PID`` stream the server opens is followed, and
-its WRTE payloads are counted as above; adb messages are counted too, per direction and kind.
+command; each new connection is logged too (set 0, command 0: a TCP connect and the JDWP
+handshake, two round trips). With ``--adb`` the link carries adb's transport (an adb server ->
+a device): the 24-byte message headers are parsed, every ``jdwp:PID`` stream the server opens
+is followed (logged as a connection) and its WRTE payloads are counted as above; adb messages
+are counted too, per direction and kind.
 
 Control, one line on stdin, one answer line on stdout:
 
@@ -112,6 +118,7 @@ class AdbCounter:
                 continue
             if command == A_OPEN and payload.startswith(b"jdwp:"):
                 self.streams[arg0] = JdwpCounter(self.on_command)
+                self.on_command(0, 0)  # a new stream: OPEN/OKAY, then the JDWP handshake
             elif command == A_WRTE and arg0 in self.streams:
                 self.streams[arg0].feed(payload)
 
@@ -138,7 +145,9 @@ async def _pump(
     dst: trio.SocketStream,
     count: Callable[[bytes], None] | None,
     done: trio.CancelScope,
+    open_at: float = 0.0,
 ) -> None:
+    """Bytes from ``src`` to ``dst``, each chunk at max(read, ``open_at``) + the delay."""
     send, receive = trio.open_memory_channel[tuple[float, bytes]](math.inf)
 
     async def writer() -> None:
@@ -152,7 +161,7 @@ async def _pump(
             while data := await src.receive_some(65536):
                 if count is not None:
                     count(data)
-                send.send_nowait((trio.current_time() + line.delay, data))
+                send.send_nowait((max(trio.current_time(), open_at) + line.delay, data))
             send.close()  # the writer sends what is queued, then ends
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
@@ -179,6 +188,9 @@ def serve_main(listen_port: int, target_port: int, rtt_ms: float, adb: bool) -> 
 
     async def handle(client: trio.SocketStream) -> None:
         async with client:
+            open_at = trio.current_time() + 2 * line.delay  # the connection's own round trip
+            if not line.adb:
+                line.command(0, 0)
             try:
                 upstream = await _connect(target_port)
             except (OSError, trio.TooSlowError) as exc:
@@ -186,7 +198,8 @@ def serve_main(listen_port: int, target_port: int, rtt_ms: float, adb: bool) -> 
                 return
             async with upstream, trio.open_nursery() as nursery:
                 done = nursery.cancel_scope
-                nursery.start_soon(_pump, line, client, upstream, line.counter("up"), done)
+                up = line.counter("up")
+                nursery.start_soon(_pump, line, client, upstream, up, done, open_at)
                 nursery.start_soon(_pump, line, upstream, client, line.counter("down"), done)
 
     async def control() -> None:
@@ -227,7 +240,12 @@ class Taken:
     adb: dict[str, int]
 
     def between(self, start: float, end: float) -> int:
-        return sum(start <= t < end for t, _, _ in self.commands)
+        """The commands logged in [start, end)."""
+        return sum(start <= t < end and cs > 0 for t, cs, _ in self.commands)
+
+    def connections(self, start: float, end: float) -> int:
+        """The connections (adb: jdwp streams) opened in [start, end)."""
+        return sum(start <= t < end and cs == 0 for t, cs, _ in self.commands)
 
 
 class DelayLine:
