@@ -101,6 +101,7 @@ class Run:
     phases: dict[str, tuple[float, float]]
     trips: dict[str, int] = field(default_factory=dict)
     connects: dict[str, int] = field(default_factory=dict)
+    adb: dict[str, int] = field(default_factory=dict)  # adb messages over the link, by kind
     cpu_ms: float | None = None
     view: str = ""
 
@@ -124,6 +125,7 @@ def attribute(run: Run, taken: Taken) -> None:
     for i, name in enumerate(names):
         run.trips[name] = taken.between(edges[i], edges[i + 1])
         run.connects[name] = taken.connections(edges[i], edges[i + 1])
+    run.adb = taken.adb
 
 
 def ide_session(classes: Path, port: int, line: int, steps: int, view: Path) -> Run:
@@ -240,10 +242,23 @@ class Path_:
     ddmd: Callable[[], Scanning | None]
     vm_id: Callable[[], str | None]
 
-    def settle(self) -> None:
-        """After a session: ddmd shows the VM free (its release done), or a pause."""
+    def released(self) -> int:
+        """How many times ddmd released this path's VM so far (0 direct)."""
+        ddmd, vm_id = self.ddmd(), self.vm_id()
+        if ddmd is None:
+            return 0
+        return sum(e.get("vm") == vm_id for e in ddmd.daemon.events("vm.released"))
+
+    def settle(self, released: int | None = None) -> None:
+        """After a session: ddmd released the VM (more than ``released`` times so far: it
+        reopens its VM connection after a debugger leaves) and shows it free, or a pause."""
         ddmd, vm_id = self.ddmd(), self.vm_id()
         if ddmd is not None and vm_id is not None:
+            deadline = time.monotonic() + WAIT
+            while released is not None and self.released() <= released:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"ddmd did not release {vm_id} within {WAIT:g} s")
+                time.sleep(0.05)
             ddmd.daemon.wait_vm(
                 vm_id, lambda vm: vm["state"] == "ready" and not vm.get("debuggers"), timeout=WAIT
             )
@@ -267,12 +282,13 @@ def measure(path: Path_, client: str, work: Path, line: int, steps: int) -> Run:
     path.line.take()  # clears: what crossed before this session is ddmd's own
     ddmd = path.ddmd()
     before = proc.schedstat(ddmd.child.pid) if ddmd is not None else None
+    released = path.released()
     if client == "jdb":
         run = jdb_session(path.port(), line)
     else:
         view = work / f"view-{path.name.replace(' ', '-')}-{client}.txt"
         run = ide_session(work / "classes", path.port(), line, steps, view)
-    path.settle()
+    path.settle(released)
     if ddmd is not None and before is not None:
         run.cpu_ms = proc.spent(before, proc.schedstat(ddmd.child.pid)) / 1e6
     attribute(run, path.line.take())
@@ -404,8 +420,17 @@ def run_rounds(rig: Rig, args: argparse.Namespace, line: int, results: Results) 
         for rtt in args.rtt:
             for each in rig.lines:
                 each.set_rtt(rtt)
+            t = time.monotonic()
             rig.restart_ddmd()
-            assert rig.ddmd is not None
+            ready = time.monotonic() - t
+            for pair, (_, b) in rig.pairs.items():  # ddmd's own start: what it asks the VM
+                got = b.line.take()
+                end = float("inf")
+                print(
+                    f"DDMD_START rtt={rtt:g} round={r + 1} pair={pair} ready_s={ready:.2f} "
+                    f"commands={got.between(0, end)} connects={got.connections(0, end)}",
+                    flush=True,
+                )
             for each in rig.lines:
                 each.take()
             t = time.monotonic()
@@ -413,9 +438,9 @@ def run_rounds(rig: Rig, args: argparse.Namespace, line: int, results: Results) 
                 for pair, paths in rig.pairs.items():
                     for path in paths if r % 2 == 0 else paths[::-1]:
                         try:
-                            results[(rtt, r, pair, client, path.name)] = measure(
-                                path, client, rig.work, line, args.steps
-                            )
+                            got = measure(path, client, rig.work, line, args.steps)
+                            results[(rtt, r, pair, client, path.name)] = got
+                            print(session_line(rtt, r, client, path.name, got), flush=True)
                         except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
                             rig.notes.append(
                                 f"round {r + 1}, RTT {rtt:g} ms, {path.name}, {client}: "
@@ -428,6 +453,18 @@ def run_rounds(rig: Rig, args: argparse.Namespace, line: int, results: Results) 
 
 # --------------------------------------------------------------------------------------------
 # Report
+
+
+def session_line(rtt: float, r: int, client: str, path: str, run: Run) -> str:
+    """One session, machine-readable: seconds per phase, then commands per phase."""
+    phases = " ".join(f"{p}={run.phase(p):.3f}" for p in run.phases)
+    trips = " ".join(f"{p}={n}" for p, n in run.trips.items())
+    cpu = f" ddmd_cpu_ms={run.cpu_ms:.0f}" if run.cpu_ms is not None else ""
+    return (
+        f"SESSION rtt={rtt:g} round={r + 1} client={client} path={path.replace(' ', '_')} "
+        f"s={run.seconds:.3f} {phases} | trips {trips} | connects="
+        f"{sum(run.connects.values())}{cpu}"
+    )
 
 
 def report(rig: Rig, args: argparse.Namespace, results: Results) -> list[str]:
@@ -512,6 +549,10 @@ def client_lines(
     out.append("    connections opened over the link (each: TCP connect + JDWP handshake):")
     trips("  session", lambda r: sum(r.connects.values()) - r.connects.get("before", 0))
     trips("  release (after)", lambda r: r.connects.get("release", 0))
+    if rounds[0][0].adb:
+        kinds = sorted({k for x, y in rounds for k in (*x.adb, *y.adb)})
+        for k in kinds:
+            trips(f"  adb {k}", lambda r, k=k: r.adb.get(k, 0))
     cpu = [y.cpu_ms for _, y in rounds if y.cpu_ms is not None]
     if cpu:
         out.append(f"    ddmd CPU per session (whole tree): {span(cpu, '.0f')} ms")

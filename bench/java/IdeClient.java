@@ -76,20 +76,15 @@ public final class IdeClient {
     }
 
     static VirtualMachine attach(String host, String port) throws Exception {
-        AttachingConnector connector = null;
-        for (AttachingConnector c : Bootstrap.virtualMachineManager().attachingConnectors()) {
-            if (c.name().equals("com.sun.jdi.SocketAttach")) {
-                connector = c;
-            }
+        AttachingConnector socket = Bootstrap.virtualMachineManager().attachingConnectors()
+            .stream().filter(c -> "com.sun.jdi.SocketAttach".equals(c.name())).findFirst()
+            .orElseThrow(() -> new IllegalStateException("no SocketAttach connector"));
+        Map<String, Connector.Argument> settings = socket.defaultArguments();
+        String[][] values = {{"hostname", host}, {"port", port}, {"timeout", "20000"}};
+        for (String[] kv : values) {
+            settings.get(kv[0]).setValue(kv[1]);
         }
-        if (connector == null) {
-            throw new IllegalStateException("no com.sun.jdi.SocketAttach connector");
-        }
-        Map<String, Connector.Argument> args = connector.defaultArguments();
-        args.get("hostname").setValue(host);
-        args.get("port").setValue(port);
-        args.get("timeout").setValue("20000");
-        return connector.attach(args);
+        return socket.attach(settings);
     }
 
     /** The next event of one of these kinds; others are let go. */

@@ -215,7 +215,8 @@ def serve_main(listen_port: int, target_port: int, rtt_ms: float, adb: bool) -> 
                     print("ok", flush=True)
                 elif words[:1] == ["take"]:
                     out = {"commands": line.log, "adb": dict(line.kinds)}
-                    line.log, line.kinds = [], Counter()
+                    line.log = []
+                    line.kinds.clear()  # in place: the counters hold it
                     print("log " + json.dumps(out), flush=True)
 
     async def serve() -> None:
