@@ -493,6 +493,8 @@ def report(rig: Rig, args: argparse.Namespace, results: Results) -> list[str]:
                 for key, what, target in TARGETS.get(int(rtt), []) if rtt == int(rtt) else []:
                     values = target_values(key, client, rounds)
                     if values:
+                        if key in ("step", "stop"):
+                            what = f"{what}, {label[client]}"
                         verdicts.append(
                             f"  RTT {rtt:g} ms, {pair}: {what} <= {target:g}: "
                             f"{span(values, '.2f')}  -> {agreed(values, target)}"
