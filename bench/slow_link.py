@@ -27,6 +27,14 @@ Clients, each a new process per session:
 - jdb: ``jdb -attach``, ``stop at``, wait for the hit, ``where``, ``locals``, ``step`` x3,
   ``quit``, through pipes, each wait bounded; timed from start to exit.
 
+A stop's time runs from the event's arrival at the client (it crossed half the link before) to
+the stop shown; a step's from the step request to the new stop shown (ER.Set, VM.Resume, the
+event, ER.Clear, then the stop). jdb's session includes jdb's own start-up (about 0.4 s). A new
+connection over the link costs its TCP handshake (the delay line holds the first bytes one
+RTT) and the JDWP handshake: the direct paths pay both on every attach; through ddmd the
+client's connection ends at ddmd, which answers the handshake, and ddmd's own reconnection after
+a session (its release) crosses the link instead.
+
 A round measures, for every RTT in turn (a fresh ddmd each time, so the first session is
 ddmd's first on that VM connection): IDE first session, IDE second session, jdb, each on every
 path, the paths' order reversed every other round. Round trips over the link: the commands the
@@ -266,16 +274,17 @@ class Path_:
 
 
 def view_lines(run: Run, client: str) -> str:
-    """What a session saw, without what differs from run to run by nature (jdb: its banner
-    and timing of asynchronous lines; kept: its where/locals/step output)."""
+    """What a session saw. jdb: the event locations, frames and locals in order, without its
+    prompts (its event thread and command thread print at once, so lines can interleave)."""
     if client != "jdb":
         return run.view
-    keep = [
-        ln.strip()
-        for ln in run.view.splitlines()
-        if re.match(r"\s*(\[\d+\] |[a-z]+ = |Breakpoint hit|Step completed)", ln)
-    ]
-    return "\n".join(keep)
+    text = re.sub(r"(main\[1\]|>) ", "", run.view)
+    facts = re.findall(
+        r'"thread=[^"]*", [\w$.]+\(\), line=\d+ bci=\d+|\[\d+\] [\w$.]+ \([^)]*\)|^\s*\w+ = .*$',
+        text,
+        re.M,
+    )
+    return "\n".join(f.strip() for f in facts)
 
 
 def measure(path: Path_, client: str, work: Path, line: int, steps: int) -> Run:
@@ -283,10 +292,11 @@ def measure(path: Path_, client: str, work: Path, line: int, steps: int) -> Run:
     ddmd = path.ddmd()
     before = proc.schedstat(ddmd.child.pid) if ddmd is not None else None
     released = path.released()
+    view = work / f"view-{path.name.replace(' ', '-')}-{client}.txt"
     if client == "jdb":
         run = jdb_session(path.port(), line)
+        view.write_text(run.view, encoding="utf-8")
     else:
-        view = work / f"view-{path.name.replace(' ', '-')}-{client}.txt"
         run = ide_session(work / "classes", path.port(), line, steps, view)
     path.settle(released)
     if ddmd is not None and before is not None:
