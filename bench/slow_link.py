@@ -601,7 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"slow_link: needs {', '.join(missing)} on PATH", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cleans up as Ctrl-C does
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
     started = time.monotonic()
     line = breakpoint_line()
     print(
