@@ -8,11 +8,12 @@
 - ``adb``: a private real adb server with the fake device adopted;
 - ``relays``: the reference relays (trio, bare epoll/java, socat) and the stand-in adb server;
 - ``jdwp``: a raw blocking JDWP client;
+- ``delay``: a delay line (RTT/2 each way) that logs the JDWP commands crossing it;
 - ``rounds``: paired rounds and their report (medians of per-round paired ratios, min-max).
 
 Benches run as scripts (``.venv/bin/python bench/NAME.py``): bench/ is then first on sys.path
-and they import ``rig``. ``bare_relay.py``, ``trio_relay.py`` and ``fake_adb.py`` here are run
-as scripts by path.
+and they import ``rig``. ``bare_relay.py``, ``trio_relay.py``, ``fake_adb.py`` and ``delay.py``
+here are run as scripts by path.
 """
 
 from __future__ import annotations
