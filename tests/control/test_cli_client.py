@@ -25,7 +25,7 @@ from ddmd.cli.client import (
     threads,
 )
 from ddmd.cli.format import format_frame
-from ddmd.cli.main import COMMANDS
+from ddmd.cli.main import CLIENT_COMMANDS, main
 from ddmd.cli.words import json_words
 from ddmd.config import ControlConfig
 from ddmd.control.app import create_app
@@ -87,7 +87,7 @@ def api_json(vms: dict[str, FakeVm], method: str, path: str) -> object:
 
 
 def test_commands_list():
-    assert [c.name for c in COMMANDS] == [
+    assert CLIENT_COMMANDS == (
         "clients",
         "devices",
         "threads",
@@ -102,8 +102,12 @@ def test_commands_list():
         "allocs",
         "hprof",
         "kill",
-    ]
-    for command in COMMANDS:
+    )
+    ctx = click.Context(main)
+    for name in CLIENT_COMMANDS:
+        command = main.get_command(ctx, name)
+        assert command is not None
+        assert command.name == name
         names = {p.name for p in command.params}
         assert {"config_file", "control", "device", "as_json"} <= names
 

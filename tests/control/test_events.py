@@ -610,7 +610,7 @@ def test_format_event_unknown_names_show_their_fields():
 def test_events_is_a_registered_command():
     from ddmd.cli import main
 
-    assert isinstance(main.commands["events"], click.Command)
+    assert isinstance(main.get_command(click.Context(main), "events"), click.Command)
 
 
 # ------------------------------------------------------------------------------ the real daemon
