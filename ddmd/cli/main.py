@@ -13,8 +13,12 @@ are in `cli.serve`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
-from collections.abc import Mapping
+import os
+import sys
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -186,6 +190,22 @@ class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _closed_stdout_ends_quietly():  # `ddmd --help | head`
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _closed_stdout_ends_quietly():
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+            return result
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is None and cmd_name in COMMANDS:
@@ -226,6 +246,35 @@ class _Group(click.Group):
         # The group's own options (--help, --version): click.Command's completion.
         results.extend(click.Command.shell_complete(self, ctx, incomplete))
         return results
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """A write to a closed pipe, alone or as every exception of a (nested) group (trio's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE
+    )
+
+
+@contextlib.contextmanager
+def _closed_stdout_ends_quietly() -> Iterator[None]:
+    """A reader that went away (``ddmd ... | head``) ends any command with 0 and no message,
+    as ``head`` expects of ``seq``: stdout goes to /dev/null (what is still buffered is dropped
+    there at exit, instead of a second error) and the command exits 0."""
+    try:
+        yield
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # no real file descriptor (a test's capture)
+            pass
+        finally:
+            os.close(devnull)
+        raise click.exceptions.Exit(EXIT_OK) from None
 
 
 @click.group(cls=_Group, context_settings=_CONTEXT_SETTINGS)
