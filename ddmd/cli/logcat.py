@@ -246,12 +246,14 @@ async def _resolve(
             raise Failure(
                 "no VM is current: give a TARGET (see 'ddmd clients'), or --device SERIAL --all",
                 EXIT_TARGET,
+                kind="target",
             )
         if device and vm.get("device") != device:
             raise Failure(
                 f"the current VM ({vm.get('name') or vm.get('id')}) is not on device {device}: "
                 "give a TARGET, or --all for the whole device",
                 EXIT_TARGET,
+                kind="target",
             )
     if not isinstance(vm, dict) or not isinstance(vm.get("id"), str):
         raise Failure(f"the daemon's answer for {target!r} names no VM", EXIT_API_ERROR)
