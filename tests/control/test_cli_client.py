@@ -504,6 +504,18 @@ def test_daemon_not_running_exit_3(command):
     )
 
 
+def test_the_client_loads_no_certificate_authorities(monkeypatch):
+    # Plain HTTP only: loading the CA bundle (httpx's default) cost ~60 ms at every start.
+    import ssl
+
+    def no_cas(*args, **kwargs):
+        raise AssertionError("the CA bundle was loaded")
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", no_cas)
+    result = invoke(clients, "--control", f"127.0.0.1:{closed_port()}")
+    assert result.exit_code == EXIT_NO_DAEMON, result.output
+
+
 def test_any_address_is_reached_on_loopback():
     port = closed_port()
     result = invoke(clients, "--control", f"0.0.0.0:{port}")
