@@ -10,16 +10,18 @@ import sys
 import types
 from pathlib import Path
 
+import click
 import pytest
+import trio
 from click.testing import CliRunner
 
 from ddmd import __version__, instance, logs
-from ddmd.cli.main import EXIT_ALREADY_RUNNING, main
+from ddmd.cli.main import COMMANDS, EXIT_ALREADY_RUNNING, main
 from ddmd.config import load_config
 from ddmd.errors import PortInUse
 
-# The module (``ddmd.cli.main`` as an attribute is the click group the package exports).
-cli = importlib.import_module("ddmd.cli.main")
+# The module of `run`, `demo` and `check-config` (imported when one of them runs).
+cli = importlib.import_module("ddmd.cli.serve")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
 
@@ -56,9 +58,21 @@ def one_line(text: str) -> str:
     return lines[0]
 
 
+def as_entry(run):
+    """A stand-in for `daemon.run` (or `sim.demo.run_demo`) from ``async def run(config)``:
+    it says it started (with a `stop` that does nothing), then runs ``run``."""
+
+    async def entry(config, *, install_signal_handlers=True, task_status=trio.TASK_STATUS_IGNORED):
+        assert install_signal_handlers is False  # the CLI watches the signals itself
+        task_status.started(types.SimpleNamespace(stop=lambda: None))
+        await run(config)
+
+    return entry
+
+
 def fake_daemon(monkeypatch, run):
     module = types.ModuleType("ddmd.daemon")
-    module.run = run  # type: ignore[attr-defined]
+    module.run = as_entry(run)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "ddmd.daemon", module)
 
 
@@ -84,13 +98,49 @@ def test_help_shows_every_command_with_a_whole_one_line_summary(runner):
     rows = [re.fullmatch(r"  (\S+) +(\S.*)", line) for line in section if line.strip()]
     assert all(rows), section  # no wrapped continuation lines: one line per command
     summaries = {row[1]: row[2] for row in rows if row}
-    listed = {name for name, command in main.commands.items() if not command.hidden}
+    ctx = click.Context(main)
+    listed = {
+        name
+        for name in main.list_commands(ctx)
+        if not (command := main.get_command(ctx, name)) or not command.hidden
+    }
     assert set(summaries) == listed
     assert {"check-config", "run", "demo", "clients", "devices", "threads", "sim"} <= listed
     for name, summary in summaries.items():
         # A sentence that says what the command does, starting with its verb.
         assert summary[0].isupper(), (name, summary)
         assert summary.endswith((".", ")")), (name, summary)
+
+
+def test_the_command_table_has_each_commands_own_short_help():
+    # `ddmd --help` and completion read the summaries from cli.main's table, not the commands.
+    ctx = click.Context(main)
+    for name, (module, attribute, summary) in COMMANDS.items():
+        command = getattr(importlib.import_module(module), attribute)
+        assert command.name == name
+        assert command.get_short_help_str(limit=1_000) == summary, name
+        assert main.get_command(ctx, name) is command
+
+
+def test_completion_of_a_command_name_and_of_a_commands_options():
+    ctx = click.Context(main, info_name="ddmd")
+    items = {item.value: item.help for item in main.shell_complete(ctx, "th")}
+    assert items == {"threads": COMMANDS["threads"][2]}
+    assert "--version" in {item.value for item in main.shell_complete(ctx, "--v")}
+    # Inside a command: its own options (the command is imported then).
+    threads = main.get_command(ctx, "threads")
+    sub = click.Context(threads, parent=ctx, info_name="threads")
+    assert "--watch" in {item.value for item in threads.shell_complete(sub, "--w")}
+
+
+def test_shell_completion_through_the_environment(monkeypatch):
+    # What bash asks (`_DDMD_COMPLETE=bash_complete`): every command starting with "lo".
+    monkeypatch.setenv("_DDMD_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", "ddmd lo")
+    monkeypatch.setenv("COMP_CWORD", "1")
+    result = CliRunner().invoke(main, [], prog_name="ddmd", complete_var="_DDMD_COMPLETE")
+    assert result.exit_code == 0
+    assert result.output.split() == ["plain,logcat"]
 
 
 # --- check-config
@@ -391,7 +441,7 @@ def test_demo_refuses_when_a_ddmd_answers_at_the_control_address(runner, monkeyp
     async def run_demo(config):
         demos.append(config)
 
-    module.run_demo = run_demo  # type: ignore[attr-defined]
+    module.run_demo = as_entry(run_demo)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "ddmd.sim.demo", module)
     result = runner.invoke(main, ["demo"])
     assert result.exit_code == EXIT_ALREADY_RUNNING

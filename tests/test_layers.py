@@ -110,6 +110,27 @@ def test_client_commands_do_not_load_the_daemon_or_the_simulator():
     assert out.stdout.strip() == ""
 
 
+def test_the_cli_and_its_help_load_no_command_module_nor_httpx_trio_structlog():
+    # `ddmd --help` lists every command from cli.main's table: no command module is imported,
+    # and nothing heavy (httpx and trio come with the commands that talk to the daemon).
+    code = (
+        "import sys, click, ddmd.cli\n"
+        "from ddmd.cli.main import main\n"
+        "ctx = click.Context(main, info_name='ddmd')\n"
+        "text = main.get_help(ctx)\n"
+        "assert 'clients' in text and 'logcat' in text and 'sim' in text, text\n"
+        "completed = [item.value for item in main.shell_complete(ctx, '')]\n"
+        "assert 'threads' in completed and 'trace-report' in completed, completed\n"
+        "heavy = ('httpx', 'trio', 'structlog', 'ddmd.config', 'ddmd.cli.client',"
+        " 'ddmd.cli.serve', 'ddmd.cli.profiling', 'ddmd.sim', 'ddmd.sysmon')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""
+
+
 def test_the_plugin_api_imports_nothing_of_the_daemon():
     # ddmd.ext is what plugins import: it must stay light and stable (standard library only).
     offending = {

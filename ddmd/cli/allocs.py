@@ -19,12 +19,12 @@ import click
 
 from ddmd.cli.capture import only_a_vm
 from ddmd.cli.client import (
-    EXIT_API_ERROR,
     Api,
     Failure,
     client_options,
     daemon_address,
     json_option,
+    not_available,
     run_with_api,
     target_argument,
     vm_of,
@@ -235,22 +235,23 @@ def allocs(
         return vm, body
 
     vm, body = run_with_api("allocs", where, work)
+    label = vm_label(vm)
+    if action == "status" and _allocs_feature(body).get("available") is False:
+        feature = _allocs_feature(body)
+        reason = str(feature.get("reason") or "the VM does not offer the allocation tracker")
+        name = str(vm.get("name") or vm["id"])
+        # The daemon's sentence may name the VM itself; then it is said once.
+        sentence = reason if name in reason else f"{label}: {reason}"
+        if not as_json:
+            click.echo(sentence)
+        not_available("allocs", sentence)  # the table's 1; with --json the error's shape
     if as_json:
         print_json(body)
         return
-    label = vm_label(vm)
     if action in ("start", "stop"):
         enabled = body.get("enabled") if isinstance(body, dict) else None
         click.echo(f"allocation tracking {_tracking_words(enabled)} for {label}")
     elif action == "status":
-        feature = _allocs_feature(body)
-        if feature.get("available") is False:
-            reason = str(feature.get("reason") or "the VM does not offer the allocation tracker")
-            name = str(vm.get("name") or vm["id"])
-            # The daemon's sentence may name the VM itself; then it is said once.
-            click.echo(reason if name in reason else f"{label}: {reason}")
-            raise click.exceptions.Exit(EXIT_API_ERROR)  # not available: the table's 1
-        else:
-            click.echo(f"allocation tracking {_tracking_words(body.get('allocs'))} for {label}")
+        click.echo(f"allocation tracking {_tracking_words(body.get('allocs'))} for {label}")
     else:
         click.echo(format_allocations(body, label, top, threads=names, verbose=verbose))

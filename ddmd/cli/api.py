@@ -15,6 +15,7 @@ test seam `make_transport`).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "API",
     "CONNECT_TIMEOUT",
+    "ERROR_KINDS",
     "NO_CURRENT_VM",
     "READ_TIMEOUT",
     "TOKEN_HINT",
@@ -45,9 +47,12 @@ __all__ = [
     "config_option",
     "current_vm",
     "daemon_address",
+    "error_json",
     "fail",
     "json_option",
+    "json_wanted",
     "no_daemon",
+    "not_available",
     "target_argument",
     "target_id",
     "vm_of",
@@ -66,21 +71,68 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Failures and the control address
 
 
-class Failure(Exception):
-    """Ends a command with one line on stderr (then `details`, one per line) and an exit code."""
+#: The ``kind`` of an error with ``--json`` (docs/cli.md's "Errors with --json"), by exit code
+#: when the failure does not name one: "target" (an unknown or ambiguous TARGET, THREAD, APP or
+#: --device, or no TARGET while no VM is current; exit 2, with the candidates), "usage" (the
+#: command line asks for something unusable, exit 2), "config" (a bad config file, exit 2),
+#: "not-available" (the VM lacks the feature, exit 1), "failed" (anything else that went
+#: wrong: the VM went away, no answer in time, a refusal, a file; exit 1), "no-daemon" (exit 3).
+ERROR_KINDS = ("target", "usage", "config", "not-available", "failed", "no-daemon")
+_KIND_OF_CODE = {EXIT_API_ERROR: "failed", EXIT_TARGET: "usage", EXIT_NO_DAEMON: "no-daemon"}
 
-    def __init__(self, message: str, code: int, details: Sequence[str] = ()) -> None:
+
+class Failure(Exception):
+    """Ends a command with one line on stderr (then `details`, the candidates, one per line)
+    and an exit code; with ``--json`` also `error_json` on stdout."""
+
+    def __init__(
+        self, message: str, code: int, details: Sequence[str] = (), kind: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.details = tuple(details)
+        self.kind = kind
 
 
-def fail(command: str, message: str, code: int, details: Sequence[str] = ()) -> NoReturn:
-    click.echo(f"ddmd {command}: {' '.join(message.split())}", err=True)
-    for detail in details:
-        click.echo(f"  {' '.join(detail.split())}", err=True)
+def error_json(kind: str, message: str, candidates: Sequence[str] = ()) -> dict[str, Any]:
+    """The one shape of every error and "not available" with ``--json`` (on stdout)."""
+    return {"error": {"kind": kind, "message": message, "candidates": list(candidates)}}
+
+
+def json_wanted() -> bool:
+    """Whether the command running was given ``--json`` (its ``as_json`` parameter)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.params.get("as_json"))
+
+
+def fail(
+    command: str,
+    message: str,
+    code: int,
+    details: Sequence[str] = (),
+    kind: str | None = None,
+) -> NoReturn:
+    """One line on stderr ("ddmd COMMAND: message", then the details indented) and exit
+    `code`; with ``--json`` the error is also printed on stdout as `error_json` (`kind`: by
+    default the exit code's, `ERROR_KINDS`)."""
+    text = " ".join(message.split())
+    lines = [" ".join(detail.split()) for detail in details]
+    if json_wanted():
+        body = error_json(kind or _KIND_OF_CODE.get(code, "failed"), text, lines)
+        click.echo(json.dumps(body))  # one line: also in a stream of JSON lines
+    click.echo(f"ddmd {command}: {text}", err=True)
+    for line in lines:
+        click.echo(f"  {line}", err=True)
     raise click.exceptions.Exit(code)
+
+
+def not_available(command: str, message: str) -> NoReturn:
+    """The VM lacks what was asked for: with ``--json`` the error (kind "not-available", on
+    stdout and stderr), else the answer already printed said why; exit 1."""
+    if json_wanted():
+        fail(command, message, EXIT_API_ERROR, kind="not-available")
+    raise click.exceptions.Exit(EXIT_API_ERROR)
 
 
 def no_daemon(base: str) -> Failure:
@@ -146,7 +198,7 @@ def daemon_address(
     try:
         config = load_config(find_config_file(config_file, os.environ), env=os.environ)
     except ConfigError as err:
-        fail(command, str(err), EXIT_CONFIG)
+        fail(command, str(err), EXIT_CONFIG, kind="config")
     host, port = config.control.host, config.control.port
     uds: str | None = None
     if control is not None:
@@ -230,12 +282,13 @@ class Api:
                 # ("no device X (devices: ...)").
                 if not message.endswith(")"):
                     message += f" ({_no_candidates(body)})"
-                raise Failure(message, EXIT_TARGET)
+                raise Failure(message, EXIT_TARGET, kind="target")
             message += ":" if response.status_code == 409 else "; candidates:"
-            raise Failure(message, EXIT_TARGET, candidates)
+            raise Failure(message, EXIT_TARGET, candidates, kind="target")
         if response.status_code == 401:
             message += TOKEN_HINT
-        raise Failure(message, EXIT_API_ERROR)
+        kind = "not-available" if response.status_code == 501 else "failed"
+        raise Failure(message, EXIT_API_ERROR, kind=kind)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -260,7 +313,7 @@ async def current_vm(api: Api) -> dict[str, Any]:
     out; exit 2 when no VM is current, or when it is not on the ``--device`` asked for."""
     body = await api.call("GET", f"{API}/current")
     if not isinstance(body, dict) or body.get("vm") is None:
-        raise Failure(NO_CURRENT_VM, EXIT_TARGET)
+        raise Failure(NO_CURRENT_VM, EXIT_TARGET, kind="target")
     vm = _vm_in(body, "the current VM")
     device = api.address.device
     if device and vm.get("device") != device:
@@ -268,6 +321,7 @@ async def current_vm(api: Api) -> dict[str, Any]:
             f"the current VM ({vm.get('name') or vm['id']}) is not on device {device}: "
             "give a TARGET",
             EXIT_TARGET,
+            kind="target",
         )
     return vm
 

@@ -174,7 +174,9 @@ async def fetch_capture(
         )
     except Failure as failure:
         raise Failure(
-            f"{failure.message} (the daemon keeps the {what} as {answer['file']})", failure.code
+            f"{failure.message} (the daemon keeps the {what} as {answer['file']})",
+            failure.code,
+            kind=failure.kind,
         ) from None
     return dest, written
 

@@ -44,9 +44,12 @@ from ddmd.cli.api import (
     config_option,
     current_vm,
     daemon_address,
+    error_json,
     fail,
     json_option,
+    json_wanted,
     no_daemon,
+    not_available,
     target_argument,
     target_id,
     vm_of,
@@ -88,12 +91,15 @@ __all__ = [
     "current_vm",
     "daemon_address",
     "devices",
+    "error_json",
     "fail",
     "gc",
     "heap",
     "json_option",
+    "json_wanted",
     "make_transport",
     "no_daemon",
+    "not_available",
     "run_with_api",
     "select",
     "stack",
@@ -125,8 +131,10 @@ def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awai
         if target.token:
             headers["Authorization"] = f"Bearer {target.token}"
         transport = make_transport()
-        if transport is None and target.uds is not None:
-            transport = httpx.AsyncHTTPTransport(uds=target.uds)
+        if transport is None:
+            # Plain HTTP only (base_url is http://, loopback or the unix socket): no TLS, so
+            # no CA bundle to load (httpx's default verify=True costs ~60 ms at every start).
+            transport = httpx.AsyncHTTPTransport(uds=target.uds, verify=False)
         async with httpx.AsyncClient(
             base_url=target.base_url,
             transport=transport,
@@ -139,7 +147,7 @@ def run_with_api(command: str, target: DaemonAddress, work: Callable[[Api], Awai
     try:
         return trio.run(main)
     except Failure as failure:
-        fail(command, failure.message, failure.code, failure.details)
+        fail(command, failure.message, failure.code, failure.details, failure.kind)
 
 
 def no_current_line(port: object) -> str:
@@ -318,7 +326,7 @@ def threads(
     where = daemon_address("threads", config_file, control, device)
     tty = _is_tty()
     last_note = ""
-    unavailable = False
+    unavailable = ""  # the sentence saying why the VM reports no threads
 
     def note(text: str) -> None:
         """A line about the app watched (restarted, waiting); kept in a redrawn header."""
@@ -362,11 +370,14 @@ def threads(
             if isinstance(body, dict) and isinstance(body.get("vm"), dict):
                 vm = body["vm"]
                 path = api.vm_path(body["vm"]["id"], "/threads")
+            if vm is not None and body.get("threads") is None and _lacks(vm, "THST", "THEN"):
+                # Said once (watching would only say it again); with --json as an error.
+                unavailable = format_threads(body)
+                if not as_json:
+                    click.echo(unavailable)
+                return
             show(body, frame)
             frame += 1
-            if vm is not None and body.get("threads") is None and _lacks(vm, "THST", "THEN"):
-                unavailable = True  # said once: watching would only say it again
-                return
             if not watch or (count is not None and frame >= count):
                 return
             await trio.sleep(interval)
@@ -378,7 +389,7 @@ def threads(
             raise
         raise click.exceptions.Exit(EXIT_OK) from None
     if unavailable:
-        raise click.exceptions.Exit(EXIT_API_ERROR)
+        not_available("threads", unavailable)
 
 
 @click.command("heap", short_help="Show a VM's heap sizes and heap segment summaries.")
@@ -413,12 +424,15 @@ def heap(
         return await api.call("GET", path)
 
     body = run_with_api("heap", where, work)
-    # A plain JVM: GC.heap_info's figures (cli.jvm).
-    show(body, as_json, functools.partial(format_heap_any, verbose=verbose))
     vm = body.get("vm") if isinstance(body, dict) else None
     nothing = not body.get("heaps") and not body.get("images") and "jvm_heap" not in body
     if isinstance(vm, dict) and nothing and _lacks(vm, "HPIF"):
-        raise click.exceptions.Exit(EXIT_API_ERROR)  # not available: said above, exit 1
+        said = format_heap_any(body, verbose=verbose)
+        if not as_json:
+            click.echo(said)
+        not_available("heap", said)  # exit 1; with --json the error's shape
+    # A plain JVM: GC.heap_info's figures (cli.jvm).
+    show(body, as_json, functools.partial(format_heap_any, verbose=verbose))
 
 
 @click.command("gc", short_help="Ask a VM to run a garbage collection.")

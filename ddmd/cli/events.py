@@ -11,11 +11,14 @@ Filters, applied in the client (the stream carries every event):
   (``current.changed`` when the new or the previous current VM matches). The stream's own
   events (``stream.opened``, ``daemon.stopping``, ``overflow``) always pass. Names are looked
   up in the snapshots the stream carries (``stream.opened``, ``vm.found``, ``vm.changed``).
+  A TARGET that names no VM the daemon lists and no app with a remembered debugger port is
+  refused before the stream opens, with the candidates (exit 2), as every command refuses it.
 - ``--type PATTERN`` (repeatable, or comma-separated; shell-style: ``'debugger.*'``): only
   events whose name matches one of them.
 - ``--device SERIAL``: only events of that device's VMs and devices.
 
-Human lines are one line per event: an ``ext.updated`` value is summarised (``ddmd sysmon``'s
+Human lines are one line per event, a VM's app named next to its id once known
+(``tcp:8000 (com.example.mail)``): an ``ext.updated`` value is summarised (``ddmd sysmon``'s
 report: load, memory, CPU; its five-minute history only in ``--json``), and thread counts add
 up (every state is listed; threads whose state is not known yet are counted as "other").
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -200,6 +203,19 @@ class EventFilter:
             known = self._vms.setdefault(vm_id, {"id": vm_id})
             known.update(app=event.get("app"), package=event.get("package"))
 
+    def apps(self) -> dict[str, str]:
+        """VM id -> the name of its app (or package), for the VMs known by a name."""
+        named = {}
+        for vm_id, vm in self._vms.items():
+            name = next((n for n in _names(vm) if n not in _UNNAMED), None)
+            if name is not None:
+                named[vm_id] = name
+        return named
+
+    def matches_any(self, vms: Iterable[dict[str, Any]]) -> bool:
+        """Whether the target names one of ``vms`` (the VM list's JSON)."""
+        return any(self._matches(vm) for vm in vms if isinstance(vm, dict))
+
     def forget_gone(self, event: dict[str, Any]) -> None:
         """After a ``vm.gone`` was judged: its snapshot is no longer needed."""
         if event.get("event") == "vm.gone" and isinstance(event.get("vm"), str):
@@ -302,15 +318,17 @@ def _summary(value: Any) -> str:
     return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
 
 
-def event_line(event: dict[str, Any]) -> str:
+def event_line(event: dict[str, Any], apps: Mapping[str, str] | None = None) -> str:
     """The human line of one event (``format_event``, with ext.updated summarised and
-    thread counts that add up)."""
+    thread counts that add up); ``apps`` (VM id -> app name) names the app next to the VM."""
     name = str(event.get("event", ""))
     if name not in ("ext.updated", "threads.updated"):
-        return format_event(event)
+        return format_event(event, apps)
     ts = str(event.get("ts") or "")
     clock = ts[11:19] if len(ts) >= 19 and ts[10] == "T" else ts
-    vm = event.get("vm") or "-"
+    vm_id = event.get("vm")
+    app = (apps or {}).get(vm_id) if isinstance(vm_id, str) else None
+    vm = f"{vm_id} ({app})" if app else (vm_id or "-")
     if name == "threads.updated":
         threads = event.get("threads")
         detail = thread_states(threads if isinstance(threads, list) else [])
@@ -324,6 +342,30 @@ def event_line(event: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------ the command
+
+
+async def _known_target(api: Api, wanted: EventFilter, target: str) -> None:
+    """Refuse a TARGET that names nothing the daemon knows, as every command does (exit 2,
+    the candidates): no VM now (by `target_matches`, which may name several), and no app
+    with a remembered debugger port (an app that is not running now but ran before: its
+    events are shown when it starts again)."""
+    listed = await api.call("GET", f"{API}/vms")
+    if wanted.matches_any(listed if isinstance(listed, list) else []):
+        return
+    try:
+        book = await api.call("GET", f"{API}/ports")
+    except Failure:
+        book = None
+    entries = book.get("ports") if isinstance(book, dict) else None
+    apps = [
+        {"id": "", "app": e.get("app"), "device": e.get("device")}
+        for e in entries or []
+        if isinstance(e, dict) and e.get("app")
+    ]
+    if wanted.matches_any(apps):
+        return
+    # The daemon's own refusal, with its candidates (a target it finds after all: go on).
+    await api.call("GET", api.vm_path(target))
 
 
 @click.command("events", short_help="Print the daemon's events as they happen, until Ctrl-C.")
@@ -351,7 +393,8 @@ def events(
     until Ctrl-C: one line per event, or one JSON object per line with --json.
 
     TARGET (a VM id, pid, app or package name, or part of one) shows only the events of the
-    VMs it names, also of those that start later. Examples:
+    VMs it names, also of those that start later; a TARGET that names no VM and no app with a
+    remembered debugger port is refused, with the candidates. Examples:
 
     \b
       ddmd events mail --type 'debugger.*'
@@ -368,10 +411,12 @@ def events(
         if as_json:
             click.echo(json.dumps(event, separators=(",", ":")))
         else:
-            click.echo(event_line(event))
+            click.echo(event_line(event, wanted.apps()))
         return True
 
     async def work(api: Api) -> None:
+        if target is not None:
+            await _known_target(api, wanted, target)
         await _tail_events(api, show, count)
 
     try:

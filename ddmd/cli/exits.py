@@ -2,7 +2,8 @@
 situation is checked by tests/control/test_exit_codes.py), whatever the output format:
 
     0  done; also an empty list, a GC the VM did not confirm, and Ctrl-C ending --watch,
-       `events` or `logcat` (and the daemon stopping during `events`)
+       `events` or `logcat` (and the daemon stopping during `events`), and a closed stdout
+       (``| head``: no message, `cli.main`)
     1  the VM or the daemon refused, or could not do it: the feature is not available for this
        VM (`threads`, `heap` and `allocs --status` too, though they print the reason as their
        answer), the VM went away, no answer in time, a bad token; or a file could not be read
@@ -18,6 +19,9 @@ Why this split: it is the table the client commands always had (the most command
 asks for threads learns that it got none), and a file that cannot be read is work that failed
 (1), while an `-o` into a missing directory is refused with the command line, before any work
 (2).
+
+With ``--json`` an error is also one JSON line on stdout, ``{"error": {"kind", "message",
+"candidates"}}`` (`cli.api.fail`, `ERROR_KINDS`), with the same exit code.
 
 Layer: imports nothing; `cli.client` re-exports these names (where the other modules take them).
 """

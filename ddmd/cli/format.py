@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -557,9 +557,15 @@ def _thread_states(threads: list[dict[str, Any]]) -> str:
     return f"{len(threads)} threads" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _event_detail(event: dict[str, Any]) -> str:
+def _named(vm_id: Any, apps: Mapping[str, str]) -> str:
+    """A VM id with its app's name next to it when known: ``tcp:8000 (com.example.mail)``."""
+    app = apps.get(vm_id) if isinstance(vm_id, str) else None
+    return f"{vm_id} ({app})" if app else str(vm_id)
+
+
+def _event_detail(event: dict[str, Any], apps: Mapping[str, str]) -> str:
     name = str(event.get("event", ""))
-    vm = event.get("vm") or "-"
+    vm = _named(event.get("vm"), apps) if event.get("vm") else "-"
     snapshot = event.get("snapshot")
     if name == "stream.opened":
         return f"{len(event.get('vms') or [])} VMs, current VM {event.get('current') or 'none'}"
@@ -573,7 +579,9 @@ def _event_detail(event: dict[str, Any]) -> str:
     if name in ("debugger.attached", "debugger.detached"):
         return f"{vm}: {event.get('debugger')}"
     if name == "current.changed":
-        return f"{event.get('vm') or 'none'} (was {event.get('previous') or 'none'})"
+        now = _named(event["vm"], apps) if event.get("vm") else "none"
+        was = _named(event["previous"], apps) if event.get("previous") else "none"
+        return f"{now} (was {was})"
     if name == "threads.updated":
         return f"{vm}: {_thread_states(event.get('threads') or [])}"
     if name == "heap.info":
@@ -596,9 +604,10 @@ def _event_detail(event: dict[str, Any]) -> str:
     return " ".join(p for p in (str(vm) if event.get("vm") else "", json.dumps(rest)) if p)
 
 
-def format_event(event: dict[str, Any]) -> str:
-    """One line per event: time (HH:MM:SS, UTC as sent), name, what it says."""
+def format_event(event: dict[str, Any], apps: Mapping[str, str] | None = None) -> str:
+    """One line per event: time (HH:MM:SS, UTC as sent), name, what it says; ``apps`` (VM id
+    -> app name) puts the app's name next to a VM's id."""
     ts = str(event.get("ts") or "")
     clock = ts[11:19] if len(ts) >= 19 and ts[10] == "T" else ts
     name = str(event.get("event", "?"))
-    return f"{clock} {name:<24} {_event_detail(event)}".rstrip()
+    return f"{clock} {name:<24} {_event_detail(event, apps or {})}".rstrip()

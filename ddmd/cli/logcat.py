@@ -37,6 +37,7 @@ from ddmd.cli.client import (
     API,
     CONNECT_TIMEOUT,
     EXIT_API_ERROR,
+    EXIT_NO_DAEMON,
     EXIT_OK,
     EXIT_TARGET,
     READ_TIMEOUT,
@@ -230,10 +231,30 @@ class Source:
         return out
 
 
+async def _only_device(api: Api) -> str | None:
+    """The serial of the one device online (adb's ``device`` state), None unless exactly one."""
+    try:
+        listed = await api.call("GET", f"{API}/devices")
+    except Failure as failure:
+        if failure.code == EXIT_NO_DAEMON:
+            raise
+        return None  # no device list (adb off, an older daemon): as without --all
+    online = [
+        str(d["serial"])
+        for d in (listed if isinstance(listed, list) else [])
+        if isinstance(d, dict) and d.get("serial") and d.get("state") == "device"
+    ]
+    return online[0] if len(online) == 1 else None
+
+
 async def _resolve(
     api: Api, target: str | None, device: str | None, whole: bool, filters: list[tuple[str, str]]
 ) -> Source:
-    """TARGET (or the current VM, or ``--device`` with ``--all``) as a `Source`."""
+    """TARGET (or the current VM, or ``--device`` with ``--all``) as a `Source`. ``--all``
+    alone takes the only device when exactly one is online, as adb does; otherwise the device
+    of the current VM."""
+    if target is None and whole and not device:
+        device = await _only_device(api)
     if target is None and whole and device:
         return Source(f"{API}/logcat", (("device", device), ("all", "1")), f"device {device}")
     if target is not None:
@@ -246,12 +267,14 @@ async def _resolve(
             raise Failure(
                 "no VM is current: give a TARGET (see 'ddmd clients'), or --device SERIAL --all",
                 EXIT_TARGET,
+                kind="target",
             )
         if device and vm.get("device") != device:
             raise Failure(
                 f"the current VM ({vm.get('name') or vm.get('id')}) is not on device {device}: "
                 "give a TARGET, or --all for the whole device",
                 EXIT_TARGET,
+                kind="target",
             )
     if not isinstance(vm, dict) or not isinstance(vm.get("id"), str):
         raise Failure(f"the daemon's answer for {target!r} names no VM", EXIT_API_ERROR)
@@ -452,8 +475,8 @@ def _items(body: Any) -> Iterator[Mapping[str, Any]]:
     "--all",
     "whole",
     is_flag=True,
-    help="The whole device's log, every app (adds an app column); the device of TARGET, of "
-    "the current VM, or --device.",
+    help="The whole device's log, every app (adds an app column): the device of TARGET or "
+    "--device; without them the only device online (as adb), else the current VM's.",
 )
 @click.option(
     "--level",

@@ -1,151 +1,280 @@
-"""The `ddmd` command line: the click group, `check-config`, and `run`/`demo` (argv -> Config ->
-daemon.run()); the client commands come from `cli.client`, `cli.ports` and `cli.events`.
+"""The `ddmd` command line's group: every command by name, imported when it runs.
 
-Layer: the top; imports config, errors, logs, netaddr, instance (the "already running" check)
-and the client command modules, and the daemon lazily inside `ddmd run` (`sim.demo` inside
-`ddmd demo`, `sim.cli` for `ddmd sim`). No protocol code.
-Errors become one line on stderr and an exit code, from the one table of every command
-(`cli.exits`'s docstring, docs/cli.md's "Exit codes"):
+`ddmd --help`, `ddmd --version` and shell completion of a command name import nothing but click:
+each command's short help is in `COMMANDS` (tests check that it is the command's own), and a
+command's module is imported by `_Group.get_command` only when that command is invoked (or its
+own help or completion is asked for). httpx and trio are imported by the client commands when
+they talk to the daemon (`cli.client.run_with_api`), the daemon by `ddmd run` (`cli.serve`).
 
-    0  success
-    1  failure while running (a port in use, a VM or daemon problem)
-    2  bad configuration (every problem of the file is listed, one a line), or a usage error
-       (click's own code for those)
-    3  (client commands) no daemon answers at the control address
-    4  `run`/`demo`: a ddmd is already running for this control address (`ddmd.instance`);
-       nothing was started
-
-Each subcommand is one function on the `main` group; client commands (clients, threads, heap, gc,
-stack, select, attach, ports, devices, events, and `cli.profiling`'s trace, allocs, hprof, kill)
-and the sim/demo tools are added the same way.
+Layer: the top; imports click and `cli.exits` only, the command modules by name.
+Exit codes: `cli.exits`'s table; `run`/`demo`'s own 4 (a ddmd already runs) and 130 (Ctrl-C)
+are in `cli.serve`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+import sys
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from ddmd import __version__, instance
-from ddmd.cli import client, debuggers, events, ext, logcat, ports, profiling
-from ddmd.cli.client import config_option
-from ddmd.cli.hprof import hprof_summary
-from ddmd.cli.trace import trace_report
-from ddmd.config import LOG_LEVELS, Config, find_config_file, load_config
-from ddmd.errors import ConfigError, DdmdError
-from ddmd.logs import FORMATS, Event, configure, get_logger
-from ddmd.netaddr import host_port
+from ddmd import __version__
 
-__all__ = ["COMMANDS", "EXIT_ALREADY_RUNNING", "EXIT_CONFIG", "EXIT_FAILURE", "EXIT_OK", "main"]
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+__all__ = [
+    "CLIENT_COMMANDS",
+    "COMMANDS",
+    "EXIT_ALREADY_RUNNING",
+    "EXIT_CONFIG",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_ALREADY_RUNNING = 4
+EXIT_INTERRUPTED = 130  # `run`/`demo` ended by Ctrl-C (SIGINT), as a shell reports it
 
 _CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: Every command: name -> (module, attribute, short help). The short help is what `ddmd --help`
+#: and shell completion show, so that listing the commands imports none of them; it is the
+#: command's own ``short_help`` (tests/test_cli.py checks each).
+COMMANDS: Final[Mapping[str, tuple[str, str, str]]] = {
+    "allocs": (
+        "ddmd.cli.allocs",
+        "allocs",
+        "The allocation tracker: start, stop, status, show.",
+    ),
+    "attach": (
+        "ddmd.cli.debuggers",
+        "attach",
+        "Show how jdb or an IDE attaches to a VM (--jdb: run jdb).",
+    ),
+    "check-config": (
+        "ddmd.cli.serve",
+        "check_config",
+        "Check a config file and show the ports it sets.",
+    ),
+    "clients": (
+        "ddmd.cli.client",
+        "clients",
+        "List the VMs the daemon knows, with their debugger ports.",
+    ),
+    "demo": (
+        "ddmd.cli.serve",
+        "demo",
+        "Run the daemon with three simulated VMs, no device needed.",
+    ),
+    "devices": (
+        "ddmd.cli.client",
+        "devices",
+        "List the Android devices and emulators seen through adb.",
+    ),
+    "events": (
+        "ddmd.cli.events",
+        "events",
+        "Print the daemon's events as they happen, until Ctrl-C.",
+    ),
+    "extensions": (
+        "ddmd.cli.ext",
+        "extensions",
+        "List the chunk-handler plugins the daemon loaded.",
+    ),
+    "gc": ("ddmd.cli.client", "gc", "Ask a VM to run a garbage collection."),
+    "heap": ("ddmd.cli.client", "heap", "Show a VM's heap sizes and heap segment summaries."),
+    "hprof": (
+        "ddmd.cli.profiling",
+        "hprof",
+        "Dump a VM's heap (HPROF) and show its class histogram.",
+    ),
+    "hprof-summary": (
+        "ddmd.cli.hprof",
+        "hprof_summary",
+        "Show the class histogram of an HPROF heap dump.",
+    ),
+    "kill": ("ddmd.cli.profiling", "kill", "Stop a VM's process (DDMS's 'Stop Process')."),
+    "logcat": (
+        "ddmd.cli.logcat",
+        "logcat",
+        "Follow an app's log (pidcat-style), across its restarts.",
+    ),
+    "ports": (
+        "ddmd.cli.ports",
+        "ports",
+        "List the remembered debugger ports, or forget one.",
+    ),
+    "run": (
+        "ddmd.cli.serve",
+        "run",
+        "Run the daemon in the foreground until Ctrl-C or SIGTERM.",
+    ),
+    "select": (
+        "ddmd.cli.client",
+        "select",
+        "Make a VM current: debuggers on port 8700 reach it.",
+    ),
+    "sim": (
+        "ddmd.sim.cli",
+        "sim_command",
+        "Run simulated DDM-speaking VMs for experiments and tests.",
+    ),
+    "stack": (
+        "ddmd.cli.client",
+        "stack",
+        "Show a VM's stacks: every thread (like jstack) or one.",
+    ),
+    "sysmon": (
+        "ddmd.sysmon.cli",
+        "sysmon_command",
+        "Report this machine's load, memory and CPU use to ddmd.",
+    ),
+    "threads": (
+        "ddmd.cli.client",
+        "threads",
+        "Show a VM's threads and their states (--watch: live).",
+    ),
+    "trace": (
+        "ddmd.cli.profiling",
+        "trace",
+        "Method-trace a VM for N seconds or until Ctrl-C.",
+    ),
+    "trace-report": (
+        "ddmd.cli.trace",
+        "trace_report",
+        "Top methods of a method trace (.trace) file.",
+    ),
+}
 
-log = get_logger("ddmd.cli")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _fail(command: str, message: object, code: int) -> NoReturn:
-    """Print "ddmd COMMAND: message" on stderr and leave with `code`."""
-    click.echo(f"ddmd {command}: {_one_line(str(message))}", err=True)
-    raise click.exceptions.Exit(code)
-
-
-def _fail_config(command: str, err: ConfigError) -> NoReturn:
-    """Every problem of a config, one a line ("ddmd COMMAND: FILE: [key] = value: ..."), then
-    how many there were when there are several; exit 2."""
-    problems = err.problems
-    for problem in problems:
-        click.echo(f"ddmd {command}: {_one_line(str(problem))}", err=True)
-    if len(problems) > 1:
-        where = f" in {err.path}" if err.path else ""
-        click.echo(f"ddmd {command}: {len(problems)} problems{where}", err=True)
-    raise click.exceptions.Exit(EXIT_CONFIG)
-
-
-def _summary(config: Config) -> Iterator[str]:
-    """The effective ports and modes, one line each, for `check-config`."""
-    scan, dbg, ctl, adb = config.scan, config.debugger, config.control, config.adb
-    if scan.enabled:
-        yield f"scan:        {scan.host} ports {scan.ports}, every {scan.interval:g} s"
-    else:
-        yield "scan:        off"
-    yield f"debuggers:   {dbg.host} ports {dbg.ports} (one per VM)"
-    yield f"current VM:  {host_port(dbg.host, dbg.current_port)}"
-    token = ", token required" if ctl.token else ""
-    tcp = host_port(ctl.host, ctl.port) if ctl.tcp else "no TCP listener"
-    unix = f", unix socket {ctl.socket}" if ctl.socket is not None else ""
-    yield f"control API: {tcp}{token}{unix}"
-    sec = config.security
-    others = ", ".join(str(uid) for uid in sec.allowed_uids)
-    yield (
-        f"connections: this user and root{' and uids ' + others if others else ''}; "
-        f"unknown owner: {sec.unknown_peer}"
-    )
-    if adb.enabled == "off":
-        yield "adb:         off"
-    else:
-        yield f"adb:         {adb.enabled}, server {host_port(adb.host, adb.port)}"
-        front = config.front
-        if not front.enabled:
-            yield "adb front:   off"
-        else:
-            mode = " (transparent: every adb tool goes through ddmd)" if front.port == 5037 else ""
-            where = host_port(front.host, front.port)
-            yield f"adb front:   {where}{mode}, kill-server: {front.on_kill}"
-
+#: The commands that talk to the daemon's control API about VMs and take the client options
+#: (--config, --control, --device, --json), in the order the tests list them.
+CLIENT_COMMANDS: Final[tuple[str, ...]] = (
+    "clients",
+    "devices",
+    "threads",
+    "heap",
+    "gc",
+    "select",
+    "stack",
+    "ports",
+    "events",
+    "extensions",
+    "trace",
+    "allocs",
+    "hprof",
+    "kill",
+)
 
 _WHOLE = 1_000  # a summary length limit no summary reaches: never cut
 
 
 class _Group(click.Group):
-    """A group whose command list shows each command's summary whole.
+    """A group that imports a command's module when the command is used (`COMMANDS`), and
+    shows each command's summary whole.
 
-    click cuts a summary taken from the docstring at about 45 characters ("..."); here a
-    command's `short_help`, or else the first sentence of its docstring, is shown as it is
-    (wrapped if it is long). Commands keep their summaries short.
+    click cuts a summary taken from the docstring at about 45 characters ("..."); here the
+    short help of `COMMANDS` is shown as it is (wrapped if it is long). The command list and the
+    completion of a command name come from that table, without importing any command.
     """
 
-    #: name -> (module, attribute) of commands imported on first use.
-    lazy: dict[str, tuple[str, str]] = {
-        "sim": ("ddmd.sim.cli", "sim_command"),
-        "sysmon": ("ddmd.sysmon.cli", "sysmon_command"),
-    }
-
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _closed_stdout_ends_quietly():  # `ddmd --help | head`
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _closed_stdout_ends_quietly():
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+            return result
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
-        if command is None and cmd_name in self.lazy:
-            module, attribute = self.lazy[cmd_name]
+        if command is None and cmd_name in COMMANDS:
+            module, attribute, _ = COMMANDS[cmd_name]
             command = getattr(importlib.import_module(module), attribute)
             assert isinstance(command, click.Command)
             self.add_command(command, cmd_name)
         return command
 
+    def _short_help(self, ctx: click.Context, name: str) -> str | None:
+        """A command's summary (None: hidden or unknown), imported only if not in the table."""
+        if name in COMMANDS and name not in self.commands:
+            return COMMANDS[name][2]
+        command = self.get_command(ctx, name)
+        if command is None or command.hidden:
+            return None
+        return command.get_short_help_str(limit=_WHOLE)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit=_WHOLE)))
+            summary = self._short_help(ctx, name)
+            if summary is not None:
+                rows.append((name, summary))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        from click.shell_completion import CompletionItem
+
+        results = []
+        for name in self.list_commands(ctx):
+            if name.startswith(incomplete):
+                summary = self._short_help(ctx, name)
+                if summary is not None:
+                    results.append(CompletionItem(name, help=summary))
+        # The group's own options (--help, --version): click.Command's completion.
+        results.extend(click.Command.shell_complete(self, ctx, incomplete))
+        return results
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """A write to a closed pipe, alone or as every exception of a (nested) group (trio's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE
+    )
+
+
+@contextlib.contextmanager
+def _closed_stdout_ends_quietly() -> Iterator[None]:
+    """A reader that went away (``ddmd ... | head``) ends any command with 0 and no message,
+    as ``head`` expects of ``seq``: stdout goes to /dev/null (what is still buffered is dropped
+    there at exit, instead of a second error) and the command exits 0."""
+    try:
+        yield
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # no real file descriptor (a test's capture)
+            pass
+        finally:
+            os.close(devnull)
+        raise click.exceptions.Exit(EXIT_OK) from None
 
 
 @click.group(cls=_Group, context_settings=_CONTEXT_SETTINGS)
@@ -156,180 +285,3 @@ def main() -> None:
     It keeps one JDWP connection per VM and lets debuggers in through per-VM ports and the
     current-VM port.
     """
-
-
-def _serve_options(func: F) -> F:
-    """--config, --log-format and --log-level of the commands that run the daemon."""
-    func = click.option(
-        "--log-level",
-        type=click.Choice(LOG_LEVELS, case_sensitive=False),
-        default=None,
-        help="Minimum log level; overrides [log] level.",
-    )(func)
-    func = click.option(
-        "--log-format",
-        type=click.Choice(FORMATS),
-        default=None,
-        help="Log output; overrides [log] format. auto = console on a terminal, JSON otherwise.",
-    )(func)
-    return config_option(func)
-
-
-@main.command("check-config", short_help="Check a config file and show the ports it sets.")
-@click.argument("file", type=click.Path(path_type=str))
-def check_config(file: str) -> None:
-    """Check a config FILE and show the ports it sets.
-
-    Every problem of the file is listed, one a line, with the key, the value and what is
-    wrong (exit 2).
-    """
-    try:
-        config = load_config(file, env=os.environ)
-    except ConfigError as err:
-        _fail_config("check-config", err)
-    click.echo(f"{file}: ok")
-    for line in _summary(config):
-        click.echo(f"  {line}")
-
-
-@main.command("run", short_help="Run the daemon in the foreground until Ctrl-C or SIGTERM.")
-@_serve_options
-def run(config_file: str | None, log_format: str | None, log_level: str | None) -> None:
-    """Run the daemon in the foreground until SIGINT or SIGTERM.
-
-    Exits 4 without starting anything when a ddmd already runs for the same control address.
-    """
-    _serve("run", config_file, log_format, log_level, "ddmd.daemon", "run")
-
-
-def _serve(
-    command: str,
-    config_file: str | None,
-    log_format: str | None,
-    log_level: str | None,
-    module: str,
-    entry: str,
-) -> None:
-    """Resolve the config; make sure no other ddmd serves its control address (the claim is
-    held until the daemon ends); then configure logs and run ``module.entry(config)``."""
-    env = os.environ
-    try:
-        path = find_config_file(config_file, env)
-        if path is None:
-            click.echo(
-                f"ddmd {command}: no config file found; using the built-in defaults", err=True
-            )
-        else:
-            click.echo(f"ddmd {command}: using config file {path}", err=True)
-        config = load_config(path, env=env)
-    except ConfigError as err:
-        _fail_config(command, err)
-
-    # Before any port is bound or any simulated VM started: is a ddmd already running?
-    try:
-        claim = instance.claim(config, env)
-    except instance.AlreadyRunning as err:
-        _fail(command, err, EXIT_ALREADY_RUNNING)
-    if claim.problem is not None:
-        click.echo(
-            f"ddmd {command}: {claim.problem}; only the control address was checked for "
-            "another ddmd",
-            err=True,
-        )
-    with claim:
-        _start(command, config, path, log_format, log_level, module, entry)
-
-
-def _start(
-    command: str,
-    config: Config,
-    path: Path | None,
-    log_format: str | None,
-    log_level: str | None,
-    module: str,
-    entry: str,
-) -> None:
-    """Configure logs and run ``module.entry(config)`` under trio; errors become exit codes."""
-    configure(fmt=log_format or config.log.format, level=(log_level or config.log.level).lower())
-    if path is None:
-        log.info(Event.CONFIG_DEFAULTS_USED)
-    else:
-        log.info(Event.CONFIG_LOADED, path=str(path))
-
-    main_function = getattr(importlib.import_module(module), entry)
-
-    import trio  # only the daemon commands need it; keeps client commands light
-
-    try:
-        trio.run(main_function, config)
-    except KeyboardInterrupt:
-        raise click.exceptions.Exit(130) from None
-    except DdmdError as err:
-        _fail(command, err, EXIT_CONFIG if isinstance(err, ConfigError) else EXIT_FAILURE)
-    except click.ClickException:
-        raise
-    except BaseExceptionGroup as group:
-        errors = _ddmd_errors(group)
-        if errors is None:
-            raise
-        for error in errors:
-            click.echo(f"ddmd {command}: {_one_line(str(error))}", err=True)
-        code = EXIT_CONFIG if any(isinstance(e, ConfigError) for e in errors) else EXIT_FAILURE
-        raise click.exceptions.Exit(code) from None
-
-
-@main.command("demo", short_help="Run the daemon with three simulated VMs, no device needed.")
-@click.option(
-    "-v",
-    "--verbose",
-    is_flag=True,
-    help="Show the daemon's log at info level (the demo shows warnings and errors only).",
-)
-@_serve_options
-def demo(
-    verbose: bool, config_file: str | None, log_format: str | None, log_level: str | None
-) -> None:
-    """Run the daemon with three simulated VMs (no device needed) until Ctrl-C.
-
-    It prints the commands to try once the daemon has found the VMs. The log shows warnings
-    and errors only, unless -v (or --log-level). Exits 4 without starting anything when a
-    ddmd already runs for the same control address.
-    """
-    level = log_level or ("info" if verbose else "warning")
-    _serve("demo", config_file, log_format, level, "ddmd.sim.demo", "run_demo")
-
-
-def _ddmd_errors(group: BaseExceptionGroup[BaseException]) -> list[DdmdError] | None:
-    """The DdmdErrors in a (nested) exception group, or None if it holds anything else."""
-    found: list[DdmdError] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            inner = _ddmd_errors(exc)
-            if inner is None:
-                return None
-            found.extend(inner)
-        elif isinstance(exc, DdmdError):
-            found.append(exc)
-        else:
-            return None
-    return found
-
-
-#: The control-API client commands (cheap to import, so registered now). The simulator is
-#: registered lazily (`_Group.lazy`: imported only when ``ddmd sim`` or ``--help`` runs, so
-#: client commands such as ``ddmd gc`` start quickly).
-COMMANDS: list[click.Command] = [
-    *client.VM_COMMANDS,
-    ports.ports,
-    events.events,
-    ext.extensions,
-    *profiling.DDMS_COMMANDS,
-]
-#: Commands that read a file and need no daemon.
-FILE_COMMANDS: list[click.Command] = [hprof_summary, trace_report]
-
-for _command in (*COMMANDS, *FILE_COMMANDS):
-    main.add_command(_command)
-# A client command too; not in COMMANDS while tests/control/test_cli_client.py pins that list.
-main.add_command(logcat.logcat)
-main.add_command(debuggers.attach)  # `ddmd attach`: jdb's line, an IDE's settings

@@ -46,7 +46,7 @@ def _ports_from_file(
     try:
         config = load_config(find_config_file(config_file, os.environ), env=os.environ)
     except ConfigError as err:
-        fail("ports", str(err), EXIT_CONFIG)
+        fail("ports", str(err), EXIT_CONFIG, kind="config")
     path = config.debugger.state_file
     # Every port, not only [debugger] ports: an edit here must not drop entries of another range.
     book = PortBook(path, PortRange(1, 65535))
@@ -68,9 +68,14 @@ def _ports_from_file(
         entry = book.resolve(forget, device=device)
     except TargetError as exc:
         if not exc.candidates:
-            fail("ports", f"{exc.message} (no debugger ports are remembered)", EXIT_TARGET)
+            fail(
+                "ports",
+                f"{exc.message} (no debugger ports are remembered)",
+                EXIT_TARGET,
+                kind="target",
+            )
         suffix = ":" if exc.ambiguous else "; candidates:"
-        fail("ports", exc.message + suffix, EXIT_TARGET, exc.candidates)
+        fail("ports", exc.message + suffix, EXIT_TARGET, exc.candidates, kind="target")
     book.forget(entry.key)
     try:
         book.save()

@@ -96,18 +96,29 @@ def demo_config(config: Config) -> Config:
     return config
 
 
-async def run_demo(config: Config) -> None:
+async def run_demo(
+    config: Config,
+    *,
+    install_signal_handlers: bool = True,
+    task_status: trio.TaskStatus[daemon.Started] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The demo until the daemon stops (SIGINT/SIGTERM, unless ``install_signal_handlers`` is
+    false: then the caller stops it with the `daemon.Started` it is given, as `daemon.run`)."""
     config = demo_config(config)
     adb_was_up = await adb_server_answers(config) if _uses_local_adb(config) else None
     try:
-        await _run(config)
+        await _run(config, install_signal_handlers, task_status)
     finally:
         if adb_was_up is False:
             with trio.CancelScope(shield=True):
                 await _stop_adb_server_if_up(config)
 
 
-async def _run(config: Config) -> None:
+async def _run(
+    config: Config,
+    install_signal_handlers: bool,
+    ready: trio.TaskStatus[daemon.Started],
+) -> None:
     ports = free_scan_ports(config, len(DEMO_VMS))
     sims = [
         SimVm(replace(c, host=config.scan.host, port=p))
@@ -120,11 +131,14 @@ async def _run(config: Config) -> None:
         async def daemon_then_stop(
             task_status: trio.TaskStatus[daemon.Started] = trio.TASK_STATUS_IGNORED,
         ) -> None:
-            await daemon.run(config, task_status=task_status)
+            await daemon.run(
+                config, install_signal_handlers=install_signal_handlers, task_status=task_status
+            )
             # The daemon returns after SIGINT/SIGTERM; the simulated VMs go with it.
             nursery.cancel_scope.cancel()
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
+        ready.started(started)
         adb = "" if config.adb.enabled != "off" else "; adb off (no device needed)"
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "

@@ -25,7 +25,7 @@ from ddmd.cli.client import (
     threads,
 )
 from ddmd.cli.format import format_frame
-from ddmd.cli.main import COMMANDS
+from ddmd.cli.main import CLIENT_COMMANDS, main
 from ddmd.cli.words import json_words
 from ddmd.config import ControlConfig
 from ddmd.control.app import create_app
@@ -87,7 +87,7 @@ def api_json(vms: dict[str, FakeVm], method: str, path: str) -> object:
 
 
 def test_commands_list():
-    assert [c.name for c in COMMANDS] == [
+    assert CLIENT_COMMANDS == (
         "clients",
         "devices",
         "threads",
@@ -102,8 +102,12 @@ def test_commands_list():
         "allocs",
         "hprof",
         "kill",
-    ]
-    for command in COMMANDS:
+    )
+    ctx = click.Context(main)
+    for name in CLIENT_COMMANDS:
+        command = main.get_command(ctx, name)
+        assert command is not None
+        assert command.name == name
         names = {p.name for p in command.params}
         assert {"config_file", "control", "device", "as_json"} <= names
 
@@ -498,6 +502,18 @@ def test_daemon_not_running_exit_3(command):
         f"ddmd {command.name}: no daemon is answering at http://127.0.0.1:{port} "
         "(start it with 'ddmd run', or pass --control HOST:PORT)\n"
     )
+
+
+def test_the_client_loads_no_certificate_authorities(monkeypatch):
+    # Plain HTTP only: loading the CA bundle (httpx's default) cost ~60 ms at every start.
+    import ssl
+
+    def no_cas(*args, **kwargs):
+        raise AssertionError("the CA bundle was loaded")
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", no_cas)
+    result = invoke(clients, "--control", f"127.0.0.1:{closed_port()}")
+    assert result.exit_code == EXIT_NO_DAEMON, result.output
 
 
 def test_any_address_is_reached_on_loopback():

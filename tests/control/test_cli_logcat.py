@@ -114,6 +114,7 @@ class FakeDaemon:
             ),
         }
         self.recent: list[dict[str, Any]] = []
+        self.devices: list[dict[str, Any]] = [{"serial": SERIAL, "state": "device"}]
         self.streams: list[bytes | BaseException] = []
         self.requests: list[httpx.Request] = []
 
@@ -131,6 +132,8 @@ class FakeDaemon:
         if path == "/api/v1/current":
             current = [vm for vm in self.vms.values() if vm.get("current")]
             return httpx.Response(200, json={"vm": current[0] if current else None})
+        if path == "/api/v1/devices":
+            return httpx.Response(200, json=self.devices)
         if path == "/api/v1/logcat":
             return httpx.Response(
                 200, json={"device": SERIAL, "app": MAIL, "items": self.recent, "next": 9}
@@ -345,6 +348,29 @@ def test_all_with_a_device_needs_no_vm(daemon):
     assert run("--device", "R58M", "--all", "-d").exit_code == 0
     assert daemon.paths == ["/api/v1/logcat"]
     assert daemon.query() == [("device", "R58M"), ("all", "1")]
+
+
+def test_all_alone_takes_the_only_device_as_adb_does(daemon):
+    # No TARGET, no --device, no current VM: one device online is the one meant.
+    daemon.vms[f"{SERIAL}/4242"]["current"] = False
+    daemon.devices = [{"serial": SERIAL, "state": "device"}, {"serial": "R58M", "state": "offline"}]
+    daemon.recent = [line(1)]
+    result = run("--all", "-d")
+    assert result.exit_code == 0, result.output
+    assert daemon.paths == ["/api/v1/devices", "/api/v1/logcat"]
+    assert daemon.query() == [("device", SERIAL), ("all", "1")]
+    assert result.stdout.startswith(MAIL)
+
+
+def test_all_alone_with_several_devices_says_what_to_give(daemon):
+    daemon.vms[f"{SERIAL}/4242"]["current"] = False
+    daemon.devices = [{"serial": SERIAL, "state": "device"}, {"serial": "R58M", "state": "device"}]
+    result = run("--all", "-d")
+    assert result.exit_code == EXIT_TARGET
+    assert result.stderr == (
+        "ddmd logcat: no VM is current: give a TARGET (see 'ddmd clients'), or --device SERIAL "
+        "--all\n"
+    )
 
 
 def test_ctrl_c_ends_quietly(daemon):

@@ -515,8 +515,11 @@ SAMPLE = [
 ]
 
 
-def canned_stream(monkeypatch, events: list[dict[str, Any]], *, status: int = 200) -> None:
-    """Route the CLI to an app whose event stream is ``events`` (then it ends)."""
+def canned_stream(
+    monkeypatch, events: list[dict[str, Any]], *, status: int = 200, vms: tuple[Any, ...] = ()
+) -> None:
+    """Route the CLI to an app whose event stream is ``events`` (then it ends), and whose
+    VM list is ``vms`` (FakeVms: what a TARGET is checked against)."""
     body = b"retry: 2000\n\n: hello\n\n" + b"".join(event_frame(e) for e in events)
 
     async def endpoint(request: Any) -> Response:
@@ -525,7 +528,7 @@ def canned_stream(monkeypatch, events: list[dict[str, Any]], *, status: int = 20
         assert request.headers["accept"] == "text/event-stream"
         return Response(body, media_type="text/event-stream")
 
-    app = create_app(make_registry(), extra_routes=[Route(EVENTS_PATH, endpoint)])
+    app = create_app(make_registry(*vms), extra_routes=[Route(EVENTS_PATH, endpoint)])
     monkeypatch.setattr(cli_client, "make_transport", lambda: httpx.ASGITransport(app=app))
 
 
@@ -542,10 +545,11 @@ def test_events_human_lines(monkeypatch):
     assert lines[0].split() == ["12:00:00", "stream.opened", "0", "VMs,", "current", "VM", "none"]
     assert lines[1].startswith("12:00:01 vm.found")
     assert lines[1].endswith("com.example.mail (tcp:8000, pid 5150)")
-    assert lines[2].endswith("tcp:8000: state=ready, heaps")
-    assert lines[3].endswith("tcp:8000: 127.0.0.1:5005 via current")
-    assert lines[4].endswith("tcp:8000: 3 threads (native 1, running 1, wait 1)")
-    assert lines[5].endswith("tcp:8000 (was none)")
+    # Once the stream has named the VM, its app is named next to its id.
+    assert lines[2].endswith("tcp:8000 (com.example.mail): state=ready, heaps")
+    assert lines[3].endswith("tcp:8000 (com.example.mail): 127.0.0.1:5005 via current")
+    assert lines[4].endswith("tcp:8000 (com.example.mail): 3 threads (native 1, running 1, wait 1)")
+    assert lines[5].endswith("tcp:8000 (com.example.mail) (was none)")
     assert lines[6].startswith("12:00:06 daemon.stopping")
 
 
@@ -610,7 +614,7 @@ def test_format_event_unknown_names_show_their_fields():
 def test_events_is_a_registered_command():
     from ddmd.cli import main
 
-    assert isinstance(main.commands["events"], click.Command)
+    assert isinstance(main.get_command(click.Context(main), "events"), click.Command)
 
 
 # ------------------------------------------------------------------------------ the real daemon

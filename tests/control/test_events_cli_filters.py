@@ -16,6 +16,7 @@ import pytest
 
 from ddmd.cli.events import EventFilter, event_line, target_matches, thread_states
 from ddmd.control.events import make_event
+from tests.control.fakes import FakeVm
 from tests.control.test_events import canned_stream, invoke
 
 HISTORY_POINTS = 300  # five minutes, one report a second
@@ -161,8 +162,16 @@ def story() -> list[dict[str, Any]]:
     ]
 
 
+def running() -> tuple[FakeVm, ...]:
+    """The VMs the daemon lists when the story starts (a TARGET is checked against them)."""
+    return (
+        FakeVm.plain_jvm("tcp:8000", pid=3101, app=MAIL, package=MAIL),
+        FakeVm.plain_jvm("tcp:8001", pid=3102, app=NOTES, package=NOTES),
+    )
+
+
 def shown(*args: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
-    canned_stream(monkeypatch, story())
+    canned_stream(monkeypatch, story(), vms=running())
     result = invoke("--json", *args)
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
@@ -218,7 +227,7 @@ def test_count_counts_only_the_events_shown(monkeypatch):
 
 
 def test_human_lines_are_filtered_the_same_way(monkeypatch):
-    canned_stream(monkeypatch, story())
+    canned_stream(monkeypatch, story(), vms=running())
     result = invoke("notes")
     assert result.exit_code == 0, result.output
     assert [line.split()[1] for line in result.stdout.splitlines()] == [
@@ -255,3 +264,45 @@ def test_the_filter_forgets_a_vm_that_is_gone():
         wanted.forget_gone(event)
     late = make_event("debugger.attached", ts=ts(12), vm="tcp:8000", debugger="d via current")
     assert wanted(late) is False  # tcp:8000 is gone; a new VM there is named by its own events
+
+
+def test_an_unknown_target_is_refused_with_the_candidates(monkeypatch):
+    # As every command refuses a TARGET that names no VM: exit 2, the VMs one per line.
+    canned_stream(monkeypatch, story(), vms=running())
+    result = invoke("nosuch")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == "ddmd events: no VM matches 'nosuch'; candidates:"
+    assert [line.split()[0] for line in lines[1:]] == ["tcp:8000", "tcp:8001"]
+
+
+def test_a_target_that_names_a_remembered_app_waits_for_it(monkeypatch):
+    # An app not running now but with a remembered debugger port is one the daemon knows: its
+    # events are shown when it starts (here: none before the stream ends).
+    from ddmd.cli import client as cli_client
+
+    canned_stream(monkeypatch, story(), vms=running())
+    asked = []
+
+    async def remembered(api, method, path, **kwargs):
+        asked.append(path)
+        if path.endswith("/ports"):
+            return {"ports": [{"device": "emulator-5554", "app": "com.example.calendar"}]}
+        return await real_call(api, method, path, **kwargs)
+
+    real_call = cli_client.Api.call
+    monkeypatch.setattr(cli_client.Api, "call", remembered)
+    result = invoke("--json", "calendar")
+    assert result.exit_code == 0, result.output
+    assert asked[:2] == ["/api/v1/vms", "/api/v1/ports"]
+
+
+def test_human_lines_name_the_app_next_to_the_vm_id(monkeypatch):
+    canned_stream(monkeypatch, story(), vms=running())
+    result = invoke("--type", "debugger.*")
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(" debugger.attached        tcp:8000 (com.example.mail): a via current")
+    assert lines[1].endswith("tcp:8001 (com.example.notes): b via vm-port")
+    # A VM is named once its name is known (vm.renamed), not by its placeholder.
+    assert lines[2].endswith("emulator-5554/4242 (com.example.mail:sync): c via current")

@@ -16,11 +16,14 @@ state file itself when no daemon answers, so that is its 0).
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 from starlette.responses import Response
@@ -318,3 +321,97 @@ def test_every_client_command_has_each_situation() -> None:
         *about_a_vm, "clients", "devices", "extensions", "select", "logcat", "ports", "events",
         "hprof-summary", "trace-report", "check-config",
     }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ --json errors
+
+#: Exit code -> the kinds of error it can have (docs/cli.md's "Errors with --json").
+KINDS = {REFUSED: {"not-available", "failed"}, USAGE: {"target", "usage", "config"}}
+KINDS[NO_DAEMON] = {"no-daemon"}
+#: Commands that print JSON lines as they come, before an error can end them.
+STREAMS = ("events", "logcat")
+
+
+#: A log line of the in-process daemon (its console log shares the captured stdout).
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[")
+
+
+def printed(stdout: str) -> list[str]:
+    """What the command printed: stdout without the in-process daemon's log lines."""
+    return [line for line in stdout.splitlines() if not LOG_LINE.match(line)]
+
+
+def json_error(stdout: str) -> dict[str, Any]:
+    """The error's one JSON line (the last line the command printed), checked for its shape."""
+    body = json.loads(printed(stdout)[-1])
+    assert list(body) == ["error"], body
+    error = body["error"]
+    assert list(error) == ["kind", "message", "candidates"], error
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert isinstance(error["candidates"], list)
+    return dict(error)
+
+
+def takes_json(command: str) -> bool:
+    found = main.get_command(click.Context(main), command)
+    return found is not None and any(p.name == "as_json" for p in found.params)
+
+
+JSON_CASES = [
+    case
+    for case in CASES
+    if case.code != OK and takes_json(case.args[0]) and "--bogus" not in case.args
+]
+
+
+@pytest.mark.parametrize("case", JSON_CASES, ids=lambda case: case.id)
+def test_with_json_every_error_is_one_json_shape_on_stdout(case: Case, monkeypatch, tmp_path):
+    extra = situation(case, monkeypatch, tmp_path)
+    result = CliRunner().invoke(main, [*case.args, "--json", *extra])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == case.code, result.output
+    if result.stderr.startswith(("Usage:", "Error:")):
+        return  # click's own refusal of the command line, before the command runs
+    error = json_error(result.stdout)
+    assert error["kind"] in KINDS[case.code], error
+    if case.args[0] not in STREAMS:
+        assert len(printed(result.stdout)) == 1, result.stdout  # nothing but the error
+
+
+def test_json_error_for_an_unknown_target_has_the_candidates(monkeypatch, tmp_path):
+    situation(c("threads nosuch", "none", USAGE), monkeypatch, tmp_path)
+    result = CliRunner().invoke(main, ["threads", "nosuch", "--json"])
+    assert result.exit_code == USAGE
+    error = json_error(result.stdout)
+    assert error["kind"] == "target"
+    assert error["message"] == "no VM matches 'nosuch'; candidates:"
+    assert any(MAIL in candidate for candidate in error["candidates"])
+    assert len(error["candidates"]) >= 3
+
+
+def test_json_error_for_heap_segments_on_a_vm_without_them(monkeypatch, tmp_path):
+    situation(c("heap maps --segments", "none", REFUSED), monkeypatch, tmp_path)
+    result = CliRunner().invoke(main, ["heap", "maps", "--segments", "--json"])
+    assert result.exit_code == REFUSED
+    error = json_error(result.stdout)
+    assert error["kind"] == "not-available"
+    assert "heap_segments" in error["message"]  # the daemon's sentence (this fake's)
+    assert error["candidates"] == []
+    # The same shape when the CLI itself sees that the VM lacks it (no heap, no threads).
+    for args in (["heap", "maps", "--json"], ["threads", "maps", "--json"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == REFUSED
+        assert json_error(result.stdout)["kind"] == "not-available", args
+        assert len(printed(result.stdout)) == 1
+
+
+def test_json_error_when_no_daemon_runs(monkeypatch, tmp_path):
+    control = ["--control", f"127.0.0.1:{closed_port()}"]
+    for command in (["clients"], ["threads", "mail"], ["heap", "mail", "--segments"]):
+        result = CliRunner().invoke(main, [*command, "--json", *control])
+        assert result.exit_code == NO_DAEMON
+        error = json_error(result.stdout)
+        assert error["kind"] == "no-daemon"
+        assert error["message"].startswith("no daemon is answering at http://127.0.0.1:")
