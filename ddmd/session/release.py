@@ -155,7 +155,7 @@ class Release:
             elif not debugging and consumer in router.attached():
                 self.attached(consumer)  # a front socket's first debugger command
 
-    def leave(self, consumer: int, reason: str, now: float = 0.0) -> None:
+    def leave(self, consumer: int, reason: str) -> None:
         host, router = self._host, self._router
         self._waits.pop(consumer, None)
         counts = router.debugger_statistics(consumer) or (0, 0, 0, 0)
@@ -186,19 +186,19 @@ class Release:
             host.log("ddm.dbgd_sent", "debug", after=reason)
             host.ask(ddm.Dbgd(), self, "release", timeout=host.settings.dbgd_ack)
         elif host.model.ddm is False:
-            self._keep(consumer, now)
+            self._keep(consumer)
         else:
             self.done(False)
 
-    def _keep(self, consumer: int, now: float) -> None:
-        """Release what the last debugger held on the connection, and wait for every reply."""
+    def _keep(self, consumer: int) -> None:
+        """Release what the last debugger held on the connection, and wait for every reply
+        (until ``settings.dbgd_ack`` past the session's time, which the router holds)."""
         host, router = self._host, self._router
         router.kept = True
         keeping = self._keeping = _Kept(self._kept, self._unconfirmed, host.settings.dbgd_ack)
         own = Own(keeping, "release on the kept connection", "release", Expect.REPLY)
-        commands, keeping.unanswered = router.bridge.release(
-            consumer, own, now + host.settings.dbgd_ack
-        )
+        deadline = router.now + host.settings.dbgd_ack
+        commands, keeping.unanswered = router.bridge.release(consumer, own, deadline)
         for command in commands:
             host.emit(command)
         if not keeping.unanswered:

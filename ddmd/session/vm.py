@@ -195,7 +195,7 @@ class VmSession:
             commands, leaving = self.router.debugger_data(item.consumer, item.data)
             out += commands
             if leaving is not None:
-                self.release.leave(item.consumer, leaving, now)
+                self.release.leave(item.consumer, leaving)
             elif self.router.attached_count > attached_before:
                 self.release.attached(item.consumer)
             elif self.router.handshakes > handshakes_before:
@@ -214,7 +214,7 @@ class VmSession:
         elif isinstance(item, ConsumerNamed):
             self.release.named(item.consumer, item.tool)
         elif isinstance(item, ConsumerLeft):
-            self.release.leave(item.consumer, item.reason, now)
+            self.release.leave(item.consumer, item.reason)
         elif isinstance(item, VmClosed):
             self._closed(item.reason)
         else:

@@ -101,7 +101,9 @@ async def test_two_jdb_sessions_share_one_kept_connection(jdk, classes, tmp_path
                 assert f"line={BREAK_LINE} " not in jdb.transcript, jdb.transcript
                 assert await jdb.quit() == 0, jdb.transcript
             await wait_released(h, port, 2)
-            assert await connections_to(port) == before
+            after = await connections_to(port)
+            assert after == before
+            print(f"ddmd -> JVM :{port} connections, before: {before}, after both: {after}")
             await jvm.wait_counter_above(jvm.counter + 5)  # released again: it runs
             assert sum(line.startswith(LISTENING) for line in jvm.lines) == 1, jvm.lines[:5]
             assert not h.events("vm.reconnected")

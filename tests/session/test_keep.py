@@ -97,7 +97,7 @@ class Kept:
             elif self.router.handshakes > handshakes:
                 self.host.emit(Changed())
         elif isinstance(item, ConsumerLeft):
-            self.release.leave(item.consumer, item.reason, 0.0)
+            self.release.leave(item.consumer, item.reason)
         elif isinstance(item, FromVm):
             self._emit(self.router.vm_data(item.data))
         elif isinstance(item, Tick):

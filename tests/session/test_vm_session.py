@@ -980,6 +980,26 @@ def test_a_plain_jvm_keeps_its_connection_and_is_not_asked_for_ddm_again() -> No
     attach(vm, 2)  # no HELO again, and the handshake is answered at once
 
 
+def test_a_plain_jvm_s_release_waits_dbgd_ack_from_when_the_debugger_left() -> None:
+    vm = attach(plain_jvm(), 1)
+    set_bp = bytes([2, 2]) + (0).to_bytes(4, "big")  # a breakpoint, suspend all
+    assert (
+        vm.book()
+        >> ConsumerBytes(1, cmd(1, (15, 1), set_bp))
+        << SendToVm(cmd(3, (15, 1), set_bp))
+        >> VmBytes(reply(3, (5).to_bytes(4, "big")))
+        << SendToDebugger(1, reply(1, (5).to_bytes(4, "big")))
+        >> Tick(5.0)
+        >> ConsumerLeft(1, "debugger closed the connection")
+        << CloseDebugger(1, "left")
+        << SendToVm(cmd(4, (15, 2), bytes([2]) + (5).to_bytes(4, "big")))
+        >> Tick(5.9)  # [timeouts] dbgd_ack (1 s) after the debugger left: not yet
+        >> Tick(6.0)
+        << Reconnect("recycled after the debugger left")
+    )
+    assert vm.session.state == "reconnecting"
+
+
 def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> None:
     vm = attach(ready(), 1)
     assert (
