@@ -135,6 +135,8 @@ class Event(StrEnum):
     VM_RECONNECTING = "vm.reconnecting"
     VM_RECONNECTED = "vm.reconnected"
     VM_RELEASED = "vm.released"  # the last debugger left and the VM is free again (how, after)
+    # A plain JVM's release on its kept connection was refused or unanswered (why): reconnecting.
+    VM_RELEASE_UNCONFIRMED = "vm.release_unconfirmed"
     # protocol trouble
     DDM_CHUNK_UNKNOWN = "ddm.chunk_unknown"
     DDM_CHUNK_MALFORMED = "ddm.chunk_malformed"

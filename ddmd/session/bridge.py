@@ -44,13 +44,20 @@ untracked, and the log says so.
 HoldEvents/ReleaseEvents are per debugger: answered here; that debugger's events wait in a queue
 (bounded: past ``MAX_HELD_EVENTS`` it gets them at once, and the log says so).
 
-Leaving: when a debugger leaves and others stay, ddmd clears each request it owns and releases
-exactly the suspensions it held (ddmd's own commands; their replies are consumed), and a Set of its
-still in flight is cleared when its reply arrives.
+Pins (``pins.py``): ObjectReference.DisableCollection/EnableCollection are counted per debugger
+and object once the VM carried them out.
+
+Leaving: when a debugger leaves and others stay, ddmd clears each request it owns, releases
+exactly the suspensions it held and re-enables each object it pinned, as often as it pinned it
+(ddmd's own commands; their replies are consumed), and a Set of its still in flight is cleared
+when its reply arrives. The release part does the same for the last debugger of a VM without
+DDM (``release``: the commands under an origin of its own, and the ids it waits for).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -82,6 +89,7 @@ from ddmd.protocol.jdwpevents import (
 )
 from ddmd.session.commands import Command, Log
 from ddmd.session.lanes import BRIDGE, keys_of
+from ddmd.session.pins import Pins
 from ddmd.session.split import Request, split
 from ddmd.session.suspensions import ALL_THREADS, RESUME_ALL, Ledger, Op, Suspension, ThreadSet
 
@@ -90,6 +98,9 @@ __all__ = ["BRIDGED", "BRIDGE_ORIGIN", "SHARED_VIEW", "Bridge", "BridgeHost"]
 VM: Final = CommandSet.VIRTUAL_MACHINE
 THREAD: Final = CommandSet.THREAD_REFERENCE
 REQUEST: Final = CommandSet.EVENT_REQUEST
+OBJECT: Final = CommandSet.OBJECT_REFERENCE
+_O_DISABLE_COLLECTION: Final = 7
+_O_ENABLE_COLLECTION: Final = 8
 _T_SUSPEND: Final = 2
 _T_RESUME: Final = 3
 _T_SUSPEND_COUNT: Final = 12
@@ -137,8 +148,16 @@ class BridgeHost(Protocol):
         """Send a debugger's command on to the VM; its VM-side id and the commands."""
         ...
 
-    def bridge_send(self, command_set: int, command: int, data: bytes) -> tuple[int, list[Command]]:
-        """Send a command of ddmd's own (origin ``BRIDGE_ORIGIN``)."""
+    def bridge_send(
+        self,
+        command_set: int,
+        command: int,
+        data: bytes,
+        origin: Hashable = ...,
+        deadline: float = ...,
+    ) -> tuple[int, list[Command]]:
+        """Send a command of ddmd's own (origin ``BRIDGE_ORIGIN`` unless given; no deadline
+        unless given)."""
         ...
 
     def bridge_to_debugger(self, debugger: int, data: bytes) -> list[Command]: ...
@@ -202,7 +221,27 @@ class _Quiet:
     what: str
 
 
-_Watch = _SetWatch | _OrphanSet | _SuspendWatch | _CountWatch | _StatusWatch | _GateWatch | _Quiet
+@dataclass(frozen=True, slots=True)
+class _PinWatch:
+    """A DisableCollection (+1) or EnableCollection (-1) of ``debugger``, counted once done."""
+
+    debugger: int
+    obj: int
+    delta: int
+
+
+_Watch = (
+    _SetWatch
+    | _OrphanSet
+    | _SuspendWatch
+    | _CountWatch
+    | _StatusWatch
+    | _GateWatch
+    | _Quiet
+    | _PinWatch
+)
+#: What one of ddmd's own commands of a release sends: (set, command, data, its watch).
+_Send = tuple[int, int, bytes, _Quiet]
 
 
 class Bridge:
@@ -216,6 +255,7 @@ class Bridge:
         self.ledger = Ledger()
         self.watch: dict[int, _Watch] = {}  # VM-side id -> what its reply means here
         self.members: dict[int, _Member] = {}
+        self.pins = Pins()
 
     def reset(self) -> None:
         """The VM dropped every debugger's state (a new connection, or a release)."""
@@ -224,6 +264,7 @@ class Bridge:
         self.ledger.clear()
         self.watch.clear()
         self.members.clear()
+        self.pins.clear()
 
     # ------------------------------------------------------------------ queries
 
@@ -245,8 +286,13 @@ class Bridge:
         self.members[debugger] = _Member()
 
     def left(self, debugger: int, dropped: tuple[Pending, ...]) -> list[Command]:
-        """``debugger`` left while others stay: clear its requests and release its
-        suspensions. ``dropped``: its commands still waiting for a reply."""
+        """``debugger`` left while others stay: ``departed``, then ``release``."""
+        self.departed(debugger, dropped)
+        return self.release(debugger)[0]
+
+    def departed(self, debugger: int, dropped: tuple[Pending, ...]) -> None:
+        """``debugger`` is gone (its events are held no more). ``dropped``: its commands still
+        waiting for a reply (a Set among them is cleared once answered)."""
         for pending in dropped:
             watch = self.watch.get(pending.vm_id)
             if isinstance(watch, _SetWatch):
@@ -257,22 +303,43 @@ class Bridge:
             if isinstance(watch, _GateWatch) and watch.gate.debugger == debugger:
                 watch.gate.alive = False
         self.members.pop(debugger, None)
-        out: list[Command] = []
+
+    def release(
+        self, debugger: int, origin: Hashable | None = None, deadline: float = math.inf
+    ) -> tuple[list[Command], dict[int, str]]:
+        """Release everything the departed ``debugger`` holds, even as the last one: each
+        request it owns cleared, the suspensions only it held resumed, each pin re-enabled as
+        often as it pinned. Returns the commands and, per VM-side id, what each is; with
+        ``origin`` the commands carry it (its owner hears every reply, by ``deadline``),
+        without, their replies are consumed here."""
+        sends: list[_Send] = []
         mine = [rid for rid, r in self.requests.items() if r.owner == debugger]
         for rid in mine:
-            request = self._retire(rid)
-            out += self._clear(request.kind, rid, _Quiet("clear of a departed debugger's request"))
+            data = EventRequestClear(self._retire(rid).kind, rid).encode()
+            sends.append((REQUEST, _CLEAR, data, _Quiet("clear of a departed debugger's request")))
         held, ops = self.ledger.release(debugger)
-        out += self._send_ops(ops)
-        out.insert(
-            0,
-            Log(  # a step of the release (the one info line is vm.released, release.py)
-                "debugger.released",
-                "debug",
-                {"debugger": debugger, "requests": len(mine), "suspensions": held},
-            ),
-        )
-        return out
+        sends += self._op_sends(ops)
+        pins = self.pins.release(debugger)
+        if self.sizes is not None:
+            size = self.sizes.object_id
+            for obj in pins:
+                data = encode_object_id(obj, size)
+                sends.append((OBJECT, _O_ENABLE_COLLECTION, data, _Quiet("enable collection")))
+        fields = {"debugger": debugger, "requests": len(mine), "suspensions": held}
+        # A step of the release (the one info line is vm.released, release.py).
+        out: list[Command] = [Log("debugger.released", "debug", fields)]
+        if pins:
+            fields["pins"] = len(pins)
+        sent: dict[int, str] = {}
+        for command_set, command, data, watch in sends:
+            if origin is None:
+                vm_id, more = self.host.bridge_send(command_set, command, data)
+                self.watch[vm_id] = watch
+            else:
+                vm_id, more = self.host.bridge_send(command_set, command, data, origin, deadline)
+            sent[vm_id] = f"{command_set}/{command} ({watch.what})"
+            out += more
+        return out, sent
 
     # ------------------------------------------------------------------ debugger commands
 
@@ -322,6 +389,12 @@ class Bridge:
                 return out
             if c in _T_NEED_SUSPENDED and self._hidden(debugger, thread):
                 return self._reply(debugger, packet.id, THREAD_NOT_SUSPENDED)
+        elif cs == OBJECT and c in (_O_DISABLE_COLLECTION, _O_ENABLE_COLLECTION):
+            obj = self._thread_of(packet)  # an object id, read as a thread id is
+            vm_id, out = self.host.bridge_forward(debugger, packet)
+            if obj is not None:  # counted once done: +1 for a Disable, -1 for an Enable
+                self.watch[vm_id] = _PinWatch(debugger, obj, 15 - 2 * c)
+            return out
         elif cs == STACK_FRAME and c in _F_NEED_SUSPENDED:
             thread = self._thread_of(packet)
             if thread is not None and self._hidden(debugger, thread):
@@ -445,6 +518,8 @@ class Bridge:
             except ProtocolError as exc:
                 return packet, [Log("vm.protocol_error", "warning", {"error": str(exc)})]
             self.requests[request_id] = Request(watch.debugger, watch.kind, watch.policy)
+        elif isinstance(watch, _PinWatch) and not error:
+            self.pins.change(watch.debugger, watch.obj, watch.delta)
         elif isinstance(watch, _SuspendWatch) and error:
             self.ledger.forget(watch.suspension)  # it never happened
         elif isinstance(watch, _StatusWatch) and not error and len(packet.data) >= 8:
@@ -473,13 +548,8 @@ class Bridge:
             if gate.remaining == 0 and gate.alive:
                 out += self._reply(gate.debugger, gate.original_id)
         elif isinstance(watch, _Quiet) and packet.error_code:
-            out.append(
-                Log(
-                    "vm.command_refused",
-                    "debug",
-                    {"what": watch.what, "error": packet.error_code},
-                )
-            )
+            fields = {"what": watch.what, "error": packet.error_code}
+            out.append(Log("vm.command_refused", "debug", fields))
         return out
 
     # ------------------------------------------------------------------ suspensions
@@ -543,21 +613,22 @@ class Bridge:
 
     def _send_ops(self, ops: list[Op]) -> list[Command]:
         out: list[Command] = []
-        for what, thread in ops:
-            command_set: int
-            command: int
-            if what == "resume all":
-                command_set, command, data = VM, VirtualMachineCommand.RESUME, b""
-            elif self.sizes is None:  # never: threads are only known with the sizes
-                continue
-            else:
-                command_set = THREAD
-                command = _T_SUSPEND if what == "suspend" else _T_RESUME
-                data = encode_object_id(thread, self.sizes.object_id)
+        for command_set, command, data, watch in self._op_sends(ops):
             vm_id, sent = self.host.bridge_send(command_set, command, data)
-            self.watch[vm_id] = _Quiet(what)
+            self.watch[vm_id] = watch
             out += sent
         return out
+
+    def _op_sends(self, ops: list[Op]) -> list[_Send]:
+        sends: list[_Send] = []
+        for what, thread in ops:
+            if what == "resume all":
+                sends.append((VM, VirtualMachineCommand.RESUME, b"", _Quiet(what)))
+            elif self.sizes is not None:  # always: threads are only known with the sizes
+                command = _T_SUSPEND if what == "suspend" else _T_RESUME
+                data = encode_object_id(thread, self.sizes.object_id)
+                sends.append((THREAD, command, data, _Quiet(what)))
+        return sends
 
     # ------------------------------------------------------------------ events
 
@@ -593,13 +664,8 @@ class Bridge:
             return []
         member.holding = False
         queued, member.queue = member.queue, []
-        out: list[Command] = [
-            Log(
-                "debugger.hold_overflowed",
-                "warning",
-                {"debugger": debugger, "events": len(queued)},
-            )
-        ]
+        fields = {"debugger": debugger, "events": len(queued)}
+        out: list[Command] = [Log("debugger.hold_overflowed", "warning", fields)]
         for item in queued:
             out += self.host.bridge_to_debugger(debugger, item)
         return out
@@ -611,20 +677,10 @@ class Bridge:
         debugger holds."""
         if vm_policy == SuspendPolicy.NONE:
             return []
-        out: list[Command] = []
-        if vm_policy == SuspendPolicy.ALL:
-            scope = ALL_THREADS
-        elif vm_thread:
-            scope = ThreadSet.one(vm_thread)
-        else:
+        found = _claims(vm_policy, vm_thread, grants)
+        if found is None:
             return [Log("vm.suspension_untracked", "warning", {"why": "no event thread"})]
-        holders: dict[int, ThreadSet] = {}
-        for d, (policy, thread) in grants.items():
-            if policy == SuspendPolicy.ALL:
-                holders[d] = scope
-            elif policy == SuspendPolicy.EVENT_THREAD and thread and scope.covers(thread):
-                holders[d] = ThreadSet.one(thread)
-        return out + self._send_ops(self.ledger.add(scope, holders, "event"))
+        return self._send_ops(self.ledger.add(found[0], found[1], "event"))
 
     def _undivided(
         self, packet: CommandPacket, raw: bytes, attached: tuple[int, ...], why: str
@@ -635,13 +691,33 @@ class Bridge:
             out += self._deliver(d, raw)
         data = packet.data
         policy = data[0] if data else SuspendPolicy.NONE
-        thread: int | None = None
-        sizes = self.sizes
-        if (
-            sizes is not None
-            and len(data) >= 10 + sizes.object_id
-            and data[5] in THREAD_FIRST_KINDS
-        ):
-            thread = decode_object_id(data, sizes.object_id, 10)
+        thread = _raw_thread(data, self.sizes)
         grants = {d: (policy, thread) for d in attached}
         return out + self._suspended(policy, thread, grants)
+
+
+def _claims(
+    vm_policy: int, vm_thread: int | None, grants: dict[int, tuple[int, int | None]]
+) -> tuple[ThreadSet, dict[int, ThreadSet]] | None:
+    """What a composite suspended (its scope) and what each debugger holds of it (None: a
+    thread-only policy without an event thread)."""
+    if vm_policy == SuspendPolicy.ALL:
+        scope = ALL_THREADS
+    elif vm_thread:
+        scope = ThreadSet.one(vm_thread)
+    else:
+        return None
+    holders: dict[int, ThreadSet] = {}
+    for d, (policy, thread) in grants.items():
+        if policy == SuspendPolicy.ALL:
+            holders[d] = scope
+        elif policy == SuspendPolicy.EVENT_THREAD and thread and scope.covers(thread):
+            holders[d] = ThreadSet.one(thread)
+    return scope, holders
+
+
+def _raw_thread(data: bytes, sizes: IdSizes | None) -> int | None:
+    """The thread of a composite's first event, read from its bytes (None: not readable)."""
+    if sizes is None or len(data) < 10 + sizes.object_id or data[5] not in THREAD_FIRST_KINDS:
+        return None
+    return decode_object_id(data, sizes.object_id, 10)

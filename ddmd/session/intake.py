@@ -14,7 +14,13 @@ any packet the fast lane does not take whole (split, during a handshake, before 
                    ``[debugger] max_per_vm``); Dispose answered here; IDSizes and Version
                    from the cache; the bridge's commands to the bridge; the rest relayed
     leaving ─▶ its pending ids dropped, the switches only it wanted turned off, the bridge
-                   told when it was debugging
+                   told when it was debugging (the last debugger's release is release.py's)
+
+Held commands (issue 31): a command of a consumer whose handshake is done (a front socket that
+has not debugged yet, a DDM-only client) that arrives while the connection is not usable (the
+VM being released, or reopened for it) is held, with every later one of that consumer, and
+taken in order once the connection is usable again (``replay_held``), as held handshakes are;
+if the VM goes away instead, each is answered with a JDWP error (``refuse_held``).
 """
 
 from __future__ import annotations
@@ -111,6 +117,8 @@ class Intake:
 
     def __init__(self, router: IntakeHost) -> None:
         self._r = router
+        # Commands held while the connection is not usable, in arrival order (issue 31).
+        self._held: list[tuple[int, CommandPacket]] = []
 
     def debugger_data(self, number: int, data: bytes) -> tuple[list[Command], str | None]:
         """Bytes from a consumer. Returns the commands, and the reason it leaves (None while it
@@ -144,6 +152,9 @@ class Intake:
             elif isinstance(event, CommandPacket):
                 consumer.packets_in += 1
                 consumer.bytes_in += event.length
+                if not self._r.ready or any(n == number for n, _ in self._held):
+                    self._held.append((number, event))  # taken once the VM is usable
+                    continue
                 more, leaving = self._consumer_command(consumer, event)
                 out += more
                 if leaving is not None:
@@ -155,6 +166,32 @@ class Intake:
                         fields={"debugger": number, "id": event.id, "error": event.error_code},
                     )
                 )
+
+    def replay_held(self) -> list[tuple[int, list[Command], str | None]]:
+        """The held commands, taken in order now that the connection is usable: per consumer,
+        the commands and why it leaves (None: it stays; its later commands are dropped)."""
+        held, self._held = self._held, []
+        out: list[tuple[int, list[Command], str | None]] = []
+        gone: set[int] = set()
+        for number, packet in held:
+            consumer = self._r.consumers.by_id.get(number)
+            if consumer is None or number in gone:
+                continue
+            more, leaving = self._consumer_command(consumer, packet)
+            if leaving is not None:
+                gone.add(number)
+            out.append((number, more, leaving))
+        return out
+
+    def refuse_held(self, error: int) -> list[Command]:
+        """The VM is gone: each held command answered with JDWP ``error``."""
+        held, self._held = self._held, []
+        out: list[Command] = []
+        for number, packet in held:
+            consumer = self._r.consumers.by_id.get(number)
+            if consumer is not None:
+                out += self._r.deliver(consumer, encode(ReplyPacket(packet.id, error)))
+        return out
 
     def complete_handshake(self, number: int) -> list[Command]:
         """Answer a consumer's handshake (the router calls it for the handshakes held until the
@@ -281,9 +318,12 @@ class Intake:
                         fields={"debugger": number, "chunk": chunk.TYPE.name},
                     )
                 )
+        self._held = [(n, p) for n, p in self._held if n != number]
         if consumer.debugging:
             if not self._r.attached_count:
-                self._r.bridge.reset()  # the release (DBGD, or a new connection) drops it all
+                # The last one: the release part releases what it holds, or drops it all
+                # with the connection (DBGD, or a new connection).
+                self._r.bridge.departed(number, dropped)
             elif self._r.ready:
                 out += self._r.bridge.left(number, dropped)  # the others go on undisturbed
         self._r.pieces.forget(number)

@@ -117,6 +117,13 @@ SLOW_LANE: Final[Mapping[tuple[int, int | None], Rule]] = MappingProxyType(
         (_THREAD, 13): Rule(
             f"OwnedMonitorsStackDepthInfo: {_NEEDS_SUSPENDED}", BRIDGE, several=True
         ),
+        # ObjectReference
+        (CommandSet.OBJECT_REFERENCE, 7): Rule(
+            "DisableCollection: the sender's pins are counted, re-enabled when it leaves", BRIDGE
+        ),
+        (CommandSet.OBJECT_REFERENCE, 8): Rule(
+            "EnableCollection: lowers the sender's count of pins", BRIDGE
+        ),
         # StackFrame
         (_FRAME, 1): Rule(f"GetValues: {_NEEDS_SUSPENDED}", BRIDGE, several=True),
         (_FRAME, 2): Rule(f"SetValues: {_NEEDS_SUSPENDED}", BRIDGE, several=True),

@@ -4,7 +4,7 @@ Layer: standard library and ``ddmd.protocol`` only (sans-IO).
 
     connecting ─VmConnected─▶ identifying ─identified─▶ ready ─last debugger left─▶ releasing
                                    ▲                      ▲                            │
-                                   │                      └──────DBGD acknowledged─────┤
+                                   │                      └─DBGD acknowledged/released─┤
                                    └──────VmConnected────── reconnecting ◀─no ack──────┘
     any state ─VmClosed─▶ closed
 
@@ -24,6 +24,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("identifying", "identified"): "ready",
     ("ready", "last debugger left"): "releasing",
     ("releasing", "acknowledged"): "ready",
+    ("releasing", "released"): "ready",  # ddmd released a VM without DDM on its connection
     ("releasing", "no acknowledgement"): "reconnecting",
     ("reconnecting", "connected"): "identifying",
     ("identifying", "closed"): "closed",

@@ -131,6 +131,9 @@ class Router:
     ddm_timeout: float = 30.0  # how long a consumer's DDM request may stay unanswered
     now: float = 0.0  # the session's clock, set with every input
     ready: bool = False  # the VM connection is open and not being released
+    # The connection outlives its debuggers (a VM without DDM, release.py): an event that
+    # arrives with nobody attached goes through the bridge, which resumes what it suspended.
+    kept: bool = False
     _decoder: PacketDecoder = field(init=False)
     consumers: ConsumerTable = field(init=False)
     pieces: Pieces = field(init=False)
@@ -219,11 +222,14 @@ class Router:
             out += self.vm_data(leftover)
         return out
 
-    def connected_again(self) -> list[Command]:
+    def connected_again(self, *, kept: bool = False) -> list[Command]:
         """The connection is usable for debuggers again (a new one, or the VM acknowledged a
-        release): held handshakes complete now."""
+        release): held handshakes complete now. ``kept``: the same connection, released by
+        ddmd's own commands (release.py), so the bridge keeps what it knows of it (the
+        requests it cleared, whose late events are dropped)."""
         self.ready = True
-        self.bridge.reset()
+        if not kept:
+            self.bridge.reset()
         out: list[Command] = []
         for number in self.consumers.waiting:
             out += self.intake.complete_handshake(number)
@@ -385,6 +391,11 @@ class Router:
         if _is_suspending_vm_start(packet):
             self.held_vm_start = encode(packet)
             return [Log("vm.start_held")]
+        if self.kept and (packet.command_set, packet.command) == (
+            CommandSet.EVENT,
+            _EVENT_COMPOSITE,
+        ):
+            return self.bridge.composite(packet, encode(packet) if raw is None else raw)
         return [
             Log(
                 "vm.event_dropped",
@@ -421,8 +432,15 @@ class Router:
 
     # ------------------------------------------------------------------ the bridge's host
 
-    def bridge_send(self, command_set: int, command: int, data: bytes) -> tuple[int, list[Command]]:
-        vm_id, send = self.send_own(BRIDGE_ORIGIN, command_set, command, data, math.inf)
+    def bridge_send(
+        self,
+        command_set: int,
+        command: int,
+        data: bytes,
+        origin: Hashable = BRIDGE_ORIGIN,
+        deadline: float = math.inf,
+    ) -> tuple[int, list[Command]]:
+        vm_id, send = self.send_own(origin, command_set, command, data, deadline)
         return vm_id, [send]
 
     def bridge_forward(
@@ -467,6 +485,15 @@ class Router:
         """Forget a consumer (``Intake.debugger_left``): whether its handshake was done, whether
         it was debugging, and the commands."""
         return self.intake.debugger_left(number)
+
+    def replay_held(self) -> list[tuple[int, list[Command], str | None]]:
+        """The commands consumers sent while the connection was not usable, taken now
+        (``Intake.replay_held``): per consumer, the commands and why it leaves (None: stays)."""
+        return self.intake.replay_held()
+
+    def refuse_held(self, error: int) -> list[Command]:
+        """The VM is gone: every held command answered with JDWP ``error``."""
+        return self.intake.refuse_held(error)
 
     def relay_from_debugger(self, number: int, data: bytes) -> DebuggerLane | None:
         """The relay lane's decision for bytes from a consumer, which changes nothing: when

@@ -8,7 +8,7 @@ Lifecycle (the one table, ``lifecycle.TRANSITIONS``):
 
     connecting ─VmConnected─▶ identifying ─identified─▶ ready ─last debugger left─▶ releasing
                                    ▲                      ▲                            │
-                                   │                      └──────DBGD acknowledged─────┤
+                                   │                      └─DBGD acknowledged/released─┤
                                    └──────VmConnected────── reconnecting ◀─no ack──────┘
     any state ─VmClosed─▶ closed
 
@@ -24,7 +24,8 @@ the conversation and profiling to the calls):
     conversation.py  Conversation  HELO, FEAT, THEN, heap info; the VM's HELO/FEAT answers
     poll.py          ThreadPoll    THST (or the JDWP thread list) while someone watches
     jvmthreads.py    JvmThreads    a plain JVM's thread list over JDWP
-    release.py       Release       consumers joining, waiting and leaving; DBGD or a reconnect
+    release.py       Release       consumers joining, waiting and leaving; the release (DBGD, ddmd's
+                                   own commands on the kept connection, or a reconnect)
     feed.py          ModelFeed     the VM's chunks applied to the model (``model.py``)
 
 ``handle`` dispatches each input on its class to the part it concerns, then lets the calls

@@ -202,11 +202,12 @@ async def current(h: Harness) -> dict[str, Any] | None:
 
 
 async def wait_released(h: Harness, port: int, count: int) -> None:
-    """Wait until the VM connection was recycled ``count`` times (debugger state dropped)."""
+    """Wait until the VM was released ``count`` times (debugger state dropped: on its kept
+    connection, by DBGD, or by a new connection)."""
     await wait_until(
-        lambda: len(h.events("vm.reconnected", vm=vm_id(port))) >= count,
+        lambda: len(h.events("vm.released", vm=vm_id(port))) >= count,
         WAIT,
-        what=f"vm.reconnected x{count} for {vm_id(port)}",
+        what=f"vm.released x{count} for {vm_id(port)}",
     )
     await h.wait_vm(vm_id(port), lambda v: v["state"] == "ready", timeout=WAIT)
 

@@ -83,6 +83,9 @@ T_SUSPEND, T_RESUME, T_COUNT = (THREAD, 2), (THREAD, 3), (THREAD, 12)
 REQUEST = CommandSet.EVENT_REQUEST
 SET, CLEAR, CLEAR_BREAKPOINTS = (REQUEST, 1), (REQUEST, 2), (REQUEST, 3)
 BREAKPOINT = 2
+OBJECT = CommandSet.OBJECT_REFERENCE
+DISABLE_COLLECTION, ENABLE_COLLECTION = (OBJECT, 7), (OBJECT, 8)
+O1 = 0x77
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,8 @@ PLAYBOOKS: dict[tuple[int, int | None], str] = {
     SET: "test_event_request_set_gives_the_sender_its_request",
     CLEAR: "test_event_request_clear_of_another_s_request_is_answered_here",
     CLEAR_BREAKPOINTS: "test_clear_all_breakpoints_clears_only_the_sender_s",
+    DISABLE_COLLECTION: "test_pins_are_counted_per_debugger_and_re_enabled_when_it_leaves",
+    ENABLE_COLLECTION: "test_pins_are_counted_per_debugger_and_re_enabled_when_it_leaves",
     (CommandSet.DDM, None): "test_ddm_requests_go_through_the_sharing_rules",
 }
 
@@ -525,6 +530,54 @@ def test_thread_suspend_and_resume_are_recorded_in_the_ledger() -> None:
         << SendToVm(cmd(3, T_RESUME, tid(T1)))
     )
     assert h.bridge.held_by(1) == 0
+
+
+def test_pins_are_counted_per_debugger_and_re_enabled_when_it_leaves() -> None:
+    h = ready(1, 2)
+    for command in (DISABLE_COLLECTION, ENABLE_COLLECTION):
+        assert lane_from_debugger(h.router, 1, cmd(3, command, tid(O1))) is None
+    assert (
+        h.book()
+        >> ConsumerBytes(1, cmd(3, DISABLE_COLLECTION, tid(O1)))
+        << SLOW
+        << SendToVm(cmd(2, DISABLE_COLLECTION, tid(O1)))
+        >> VmBytes(reply(2))
+        << SLOW  # read: the pin counts once the VM carried it out
+        << SendToDebugger(1, reply(3))
+        >> ConsumerBytes(1, cmd(4, DISABLE_COLLECTION, tid(O1)))
+        << SLOW
+        << SendToVm(cmd(3, DISABLE_COLLECTION, tid(O1)))
+        >> VmBytes(reply(3))
+        << SLOW
+        << SendToDebugger(1, reply(4))
+        >> ConsumerBytes(1, cmd(5, DISABLE_COLLECTION, tid(0x78)))
+        << SLOW
+        << SendToVm(cmd(4, DISABLE_COLLECTION, tid(0x78)))
+        >> VmBytes(reply(4, error=20))  # INVALID_OBJECT: no pin
+        << SLOW
+        << SendToDebugger(1, reply(5, error=20))
+        >> ConsumerBytes(1, cmd(6, ENABLE_COLLECTION, tid(O1)))
+        << SLOW
+        << SendToVm(cmd(5, ENABLE_COLLECTION, tid(O1)))
+        >> VmBytes(reply(5))
+        << SLOW
+        << SendToDebugger(1, reply(6))
+        >> ConsumerBytes(1, cmd(7, DISABLE_COLLECTION, tid(O1)))
+        << SLOW
+        << SendToVm(cmd(6, DISABLE_COLLECTION, tid(O1)))
+        >> VmBytes(reply(6))
+        << SLOW
+        << SendToDebugger(1, reply(7))
+    )
+    assert h.bridge.pins.held_by(1) == 2
+    assert (
+        h.book()
+        >> ConsumerLeft(1, "debugger closed the connection")
+        << CloseDebugger(1, "left")
+        << SendToVm(cmd(7, ENABLE_COLLECTION, tid(O1)))  # as often as it pinned O1
+        << SendToVm(cmd(8, ENABLE_COLLECTION, tid(O1)))
+    )
+    assert h.bridge.pins.held_by(1) == 0
 
 
 def test_suspend_count_is_the_sender_s_own() -> None:

@@ -156,21 +156,6 @@ def test_an_answer_without_dbgd_is_no_acknowledgement() -> None:
     )
 
 
-def test_a_vm_without_ddm_is_reconnected_at_once() -> None:
-    r = Released()
-    r.host.model.ddm = False
-    r.attach(1)
-    assert (
-        r.book()
-        >> ConsumerLeft(1, LEFT)
-        << CloseDebugger(1, "left")
-        << Changed()
-        << Recycled(RECYCLED)
-        << Reconnect(RECYCLED)
-        << Changed()
-    )
-
-
 def test_a_consumer_that_never_debugged_leaves_without_a_release() -> None:
     r = Released()
     r.attach(1, kind=FRONT)  # a socket of the adb front: DDM only until it debugs

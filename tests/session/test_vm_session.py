@@ -969,31 +969,52 @@ def test_a_call_while_the_connection_is_reopened_is_refused_and_marks_nothing() 
     assert vm.unsupported == {}
 
 
-def test_a_plain_jvm_is_reconnected_at_once_and_not_asked_for_ddm_again() -> None:
+def test_a_plain_jvm_keeps_its_connection_and_is_not_asked_for_ddm_again() -> None:
     vm = attach(plain_jvm(), 1)
     assert (
         vm.book()
         >> ConsumerLeft(1, "debugger closed the connection")
-        << CloseDebugger(1, "left")
-        << Reconnect("recycled after the debugger left")
-        >> VmConnected(1.0)
+        << CloseDebugger(1, "left")  # it held nothing: ready at once, no reconnect
     )
     assert vm.session.state == "ready"
+    attach(vm, 2)  # no HELO again, and the handshake is answered at once
+
+
+def test_a_plain_jvm_s_release_waits_dbgd_ack_from_when_the_debugger_left() -> None:
+    vm = attach(plain_jvm(), 1)
+    set_bp = bytes([2, 2]) + (0).to_bytes(4, "big")  # a breakpoint, suspend all
+    assert (
+        vm.book()
+        >> ConsumerBytes(1, cmd(1, (15, 1), set_bp))
+        << SendToVm(cmd(3, (15, 1), set_bp))
+        >> VmBytes(reply(3, (5).to_bytes(4, "big")))
+        << SendToDebugger(1, reply(1, (5).to_bytes(4, "big")))
+        >> Tick(5.0)
+        >> ConsumerLeft(1, "debugger closed the connection")
+        << CloseDebugger(1, "left")
+        << SendToVm(cmd(4, (15, 2), bytes([2]) + (5).to_bytes(4, "big")))
+        >> Tick(5.9)  # [timeouts] dbgd_ack (1 s) after the debugger left: not yet
+        >> Tick(6.0)
+        << Reconnect("recycled after the debugger left")
+    )
+    assert vm.session.state == "reconnecting"
 
 
 def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> None:
-    vm = attach(plain_jvm(), 1)
+    vm = attach(ready(), 1)
     assert (
-        vm.book(logs=True)
+        vm.book()
         >> ConsumerLeft(1, "debugger closed the connection")
         << CloseDebugger(1, "left")
-        << Log("debugger.detached", fields=Placeholder())
-        << Log("vm.reconnecting", "debug")
-        << Reconnect("recycled after the debugger left")
+        << asks(6, ddm.Dbgd())
         >> Tick(1.0)
+        << Reconnect("recycled after the debugger left")
         >> ConsumerJoined(2, "vm-port", "127.0.0.1:40002")
         >> ConsumerBytes(2, HANDSHAKE)
         >> Tick(10.9)
+    )
+    assert (
+        vm.book(logs=True)
         >> Tick(11.0)
         << Log(
             "debugger.rejected",
@@ -1007,6 +1028,7 @@ def test_a_debugger_that_waits_longer_than_the_reconnect_timeout_is_closed() -> 
     assert (
         vm.book()
         >> VmConnected(12.0)
+        << asks(7, ddm.HeloRequest(1))
         >> ConsumerJoined(3, "vm-port", "127.0.0.1:40003")
         >> ConsumerBytes(3, HANDSHAKE)
         << SendToDebugger(3, HANDSHAKE)
