@@ -29,7 +29,6 @@ from ddmd.protocol.jdwp import PacketDecoder
 __all__ = [
     "DEBUGGER",
     "FRONT",
-    "KINDS",
     "Consumer",
     "ConsumerKind",
     "ConsumerTable",
@@ -41,9 +40,7 @@ __all__ = [
 class ConsumerKind:
     """What kind of consumer a socket is, and every rule that follows from the kind."""
 
-    name: str  # for logs and the API ("debugger", "front")
-    label: str  # for users: what the socket is
-    port_kind: str  # the kind of port it arrives on (``peers.PortKind``)
+    name: str  # "debugger", "front"
     debugs_from_handshake: bool  # False: it debugs only from its first non-DDM command
 
     def counts(self, debugging: bool) -> bool:
@@ -52,9 +49,10 @@ class ConsumerKind:
         return self.debugs_from_handshake or debugging
 
 
-DEBUGGER = ConsumerKind("debugger", "a debugger on ddmd's port", "vm_port", True)
-FRONT = ConsumerKind("front", "a client of ddmd's adb front", "front_forward", False)
-KINDS: dict[str, ConsumerKind] = {kind.name: kind for kind in (DEBUGGER, FRONT)}
+#: A debugger on ddmd's per-VM port or the current-VM port: it came to debug.
+DEBUGGER = ConsumerKind("debugger", debugs_from_handshake=True)
+#: A socket handed over by the adb front: DDM only (ddmlib watching) until it debugs.
+FRONT = ConsumerKind("front", debugs_from_handshake=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

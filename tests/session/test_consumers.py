@@ -11,7 +11,7 @@ from __future__ import annotations
 from ddmd.protocol import ddm
 from ddmd.protocol.jdwp import HANDSHAKE, ReplyPacket, encode
 from ddmd.session.commands import CloseDebugger, Log, Reconnect, SendToDebugger, SendToVm
-from ddmd.session.consumers import FRONT
+from ddmd.session.consumers import DEBUGGER, FRONT
 from ddmd.session.ddmshare import DdmShare, Switch
 from ddmd.session.inputs import ConsumerBytes, ConsumerJoined, ConsumerLeft, Tick, VmConnected
 from tests.session.playbook import Placeholder
@@ -270,3 +270,11 @@ def test_ddm_share_alone_keeps_the_union_of_wants() -> None:
     assert share.request(1, reae_off).relay  # the last one: the VM is told
     assert share.left(1) == []
     assert share.request(1, b"\x00\x01").relay  # unreadable: the VM judges it
+
+
+def test_a_consumer_s_kind_says_when_it_counts_as_a_debugger():
+    # The kind's rules live in the kind (consumers.ConsumerKind), not in branches elsewhere.
+    assert DEBUGGER.counts(debugging=False)
+    assert DEBUGGER.counts(debugging=True)
+    assert not FRONT.counts(debugging=False)
+    assert FRONT.counts(debugging=True)
