@@ -51,6 +51,7 @@ still in flight is cleared when its reply arrives.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -216,6 +217,7 @@ class Bridge:
         self.ledger = Ledger()
         self.watch: dict[int, _Watch] = {}  # VM-side id -> what its reply means here
         self.members: dict[int, _Member] = {}
+        self.hidden: set[int] = set()  # ddmd's own requests (CLASS_UNLOAD): events to nobody
 
     def reset(self) -> None:
         """The VM dropped every debugger's state (a new connection, or a release)."""
@@ -224,6 +226,14 @@ class Bridge:
         self.ledger.clear()
         self.watch.clear()
         self.members.clear()
+        self.hidden.clear()
+
+    def hidden_from(self, debugger: int, packet: CommandPacket) -> bool:
+        """Whether ``command`` answers this otherwise than the VM would (a thread others hold)."""
+        if (packet.command_set << 8) | packet.command not in SHARED_VIEW:
+            return False
+        thread = self._thread_of(packet)
+        return thread is None or self._hidden(debugger, thread)
 
     # ------------------------------------------------------------------ queries
 
@@ -568,7 +578,8 @@ class Bridge:
             composite = decode_composite(packet.data, self.sizes)
         except ProtocolError as exc:
             return self._undivided(packet, raw, attached, str(exc))
-        parts = split(composite, self.requests, attached, self.retired, self.sizes)
+        retired: Container[int] = self.retired.keys() | self.hidden if self.hidden else self.retired
+        parts = split(composite, self.requests, attached, retired, self.sizes)
         out: list[Command] = [
             Log("vm.event_dropped", "debug", {"kind": e.kind, "request": e.request_id})
             for e in parts.dropped

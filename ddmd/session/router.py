@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.idmap import IdRewriter, Pending
@@ -61,9 +62,11 @@ from ddmd.session.bridge import BRIDGE_ORIGIN, Bridge
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerKind, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
+from ddmd.session.foresight import FORESIGHT_ORIGIN, Foresight, ForesightStatistics
 from ddmd.session.intake import Intake
 from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
 from ddmd.session.pieces import Pieces
+from ddmd.session.stability import CACHEABLE_KEYS, ENDING_KEYS
 
 __all__ = ["DebuggerLane", "DebuggerOrigin", "Router", "RouterStatistics", "VmLane"]
 
@@ -147,6 +150,13 @@ class Router:
     bytes_to_vm: int = 0
     bytes_to_debuggers: int = 0
     handshakes: int = 0  # handshakes completed, ever (the session notices new consumers)
+    # [debugger] speculate and its bounds (foresight.py): mode, auto threshold (s), bounds.
+    speculate: tuple[str, float, int, int] = ("off", 0.002, 64, 4 << 20)
+    foresight: Foresight = field(init=False)
+    # What the relay lanes consult: ``lanes``' tables, or with foresight on, tables that also
+    # keep its commands and replies off the lanes (``foresight_switched``).
+    off_lane: Mapping[int, int] = field(default_factory=lambda: OFF_LANE, init=False)
+    read_replies: frozenset[int] = field(default=READ_REPLIES, init=False)
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
@@ -154,6 +164,13 @@ class Router:
         self.pieces = Pieces(self)
         self.intake = Intake(self)
         self.bridge = Bridge(self)
+        mode, threshold, inflight, held = self.speculate
+        link = ForesightLink(self)
+        self.foresight = Foresight(
+            link, mode=mode, threshold=threshold, max_inflight=inflight, max_bytes=held
+        )
+        if self.foresight.on:
+            link.foresight_switched(True)
 
     def _new_decoder(self) -> PacketDecoder:
         return PacketDecoder(
@@ -168,6 +185,9 @@ class Router:
     def attached_count(self) -> int:
         """Consumers that count as debuggers now."""
         return self.consumers.debugging_count
+
+    def foresight_statistics(self) -> ForesightStatistics:
+        return self.foresight.statistics()
 
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(
@@ -224,7 +244,8 @@ class Router:
         release): held handshakes complete now."""
         self.ready = True
         self.bridge.reset()
-        out: list[Command] = []
+        self.foresight.reset()
+        out: list[Command] = [*self.foresight.sizes_known()] if self.id_sizes else []
         for number in self.consumers.waiting:
             out += self.intake.complete_handshake(number)
         self.consumers.waiting.clear()
@@ -237,6 +258,7 @@ class Router:
         self.pieces.reset()
         self.orphans.clear()
         self.bridge.reset()
+        self.foresight.reset()
         return list(self.ids.drop_all())
 
     def relay_from_vm(self, data: bytes) -> VmLane | None:
@@ -254,7 +276,7 @@ class Router:
         if pending is None or type(pending.origin) is not DebuggerOrigin:
             return None
         watched = vm_id in self.bridge.watch
-        if (pending.command_set << 8) | pending.command in READ_REPLIES or (
+        if (pending.command_set << 8) | pending.command in self.read_replies or (
             watched and not self.bridge.lane_reply(vm_id, b9 | b10)
         ):
             return None
@@ -334,18 +356,24 @@ class Router:
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if type(origin) is not DebuggerOrigin:
+            self.foresight.own_replied(packet.id)
             if origin is BRIDGE_ORIGIN:
                 return self.bridge.reply(pending, packet)[1]
+            if origin is FORESIGHT_ORIGIN:
+                return self.foresight.reply(packet.id, packet)
             return self.on_reply(pending, packet)
         out: list[Command] = []
+        if self.foresight.on:
+            out = self.foresight.replied(packet.id, packet)
         if watched:
-            passed, out = self.bridge.reply(pending, packet)
+            passed, more = self.bridge.reply(pending, packet)
+            out += more
             if passed is None:
                 return out
             packet = passed
         elif pending.command_set == CommandSet.VIRTUAL_MACHINE and not packet.error_code:
             if pending.command == VirtualMachineCommand.ID_SIZES:
-                out = self._learn_id_sizes(packet.data)
+                out += self._learn_id_sizes(packet.data)
             elif pending.command == VirtualMachineCommand.VERSION:
                 self.version_reply = packet.data  # the same for every debugger: asked once
         consumer = self.consumers.by_id.get(origin.debugger)
@@ -361,7 +389,7 @@ class Router:
             self.bridge.sizes = IdSizes.decode(data)
         except ProtocolError as exc:
             return [Log("vm.protocol_error", "warning", {"error": str(exc)})]
-        return []
+        return self.foresight.sizes_known()
 
     def vm_command(self, packet: CommandPacket, raw: bytes | None = None) -> list[Command]:
         if packet.command_set == _DDM:
@@ -372,10 +400,13 @@ class Router:
                 for consumer in speakers:
                     out += self.deliver(consumer, data)
             return out
+        composite = packet.command_set == CommandSet.EVENT and packet.command == _EVENT_COMPOSITE
+        if composite:
+            self.foresight.event(packet.data)  # something ran
         if self.attached_count:
             data = encode(packet) if raw is None else raw
-            if packet.command_set == CommandSet.EVENT and packet.command == _EVENT_COMPOSITE:
-                return self.bridge.composite(packet, data)
+            if composite:
+                return self.bridge.composite(packet, data) + self.foresight.speculate()
             return [
                 c
                 for d in self.consumers.by_id.values()
@@ -414,6 +445,7 @@ class Router:
     ) -> tuple[int, SendToVm]:
         """A command of ddmd's own (or a chunk handler's): its VM-side id and the bytes."""
         vm_id = self.ids.allocate(origin, 0, command_set, command, deadline)
+        self.foresight.own_sent(vm_id, command_set, command)
         packet = encode(CommandPacket(vm_id, command_set, command, data))
         self.packets_to_vm += 1
         self.bytes_to_vm += len(packet)
@@ -430,6 +462,8 @@ class Router:
     ) -> tuple[int, list[Command]]:
         d = self.consumers.by_id[debugger]
         vm_id = self.ids.allocate(d.origin, packet.id, packet.command_set, packet.command, deadline)
+        if self.foresight.on:
+            self.foresight.forwarded(vm_id, packet)
         body = packet.data
         head = _COMMAND_HEADER.pack(11 + len(body), vm_id, 0, packet.command_set, packet.command)
         self.packets_to_vm += 1
@@ -465,8 +499,16 @@ class Router:
 
     def debugger_left(self, number: int) -> tuple[bool, bool, list[Command]]:
         """Forget a consumer (``Intake.debugger_left``): whether its handshake was done, whether
-        it was debugging, and the commands."""
-        return self.intake.debugger_left(number)
+        it was debugging, and the commands; with foresight, how many of its commands were
+        answered here (a log line), and the last one leaving drops method data."""
+        attached, debugging, out = self.intake.debugger_left(number)
+        if debugging:
+            answered = self.foresight.left(number, not self.attached_count)
+            if answered:
+                rtt = self.foresight.rtt or 0.0
+                fields = {"debugger": number, "answered": answered, "saved": answered * rtt}
+                out.append(Log("debugger.foresight", fields=fields))
+        return attached, debugging, out
 
     def relay_from_debugger(self, number: int, data: bytes) -> DebuggerLane | None:
         """The relay lane's decision for bytes from a consumer, which changes nothing: when
@@ -486,7 +528,7 @@ class Router:
         length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
         if length != len(data) or length > self.max_packet or flags != 0:
             return None
-        off = OFF_LANE.get((command_set << 8) | command)
+        off = self.off_lane.get((command_set << 8) | command)
         if off is not None and (off == SLOW or self.attached_count != 1):
             return None
         vm_id = self.ids.next_free()
@@ -505,3 +547,45 @@ class Router:
         consumer.bytes_in += length
         self.packets_to_vm += 1
         self.bytes_to_vm += length
+
+
+class ForesightLink:
+    """The router as ``ForesightHost`` (foresight.py): its public members, nothing more."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    @property
+    def now(self) -> float:
+        return self.router.now
+
+    def foresight_sizes(self) -> IdSizes | None:
+        return self.router.bridge.sizes
+
+    def foresight_send(self, command_set: int, command: int, data: bytes) -> tuple[int, Command]:
+        return self.router.send_own(FORESIGHT_ORIGIN, command_set, command, data, math.inf)
+
+    def foresight_reply(
+        self, debugger: int, packet_id: int, error: int, data: bytes
+    ) -> list[Command]:
+        d = self.router.consumers.by_id.get(debugger)
+        if d is None:
+            return []
+        head = _REPLY_HEADER.pack(11 + len(data), packet_id, 0x80, error)
+        return self.router.deliver(d, head + data)
+
+    def foresight_hidden(self, debugger: int, packet: CommandPacket) -> bool:
+        return self.router.bridge.hidden_from(debugger, packet)
+
+    def foresight_hide_request(self, request_id: int) -> None:
+        self.router.bridge.hidden.add(request_id)  # its events reach no debugger
+
+    def foresight_switched(self, on: bool) -> None:
+        """Foresight's commands leave the relay lanes while it is on (``lanes`` when off)."""
+        r = self.router
+        if on:
+            keys = CACHEABLE_KEYS | ENDING_KEYS
+            r.off_lane = MappingProxyType(dict(OFF_LANE) | dict.fromkeys(keys, SLOW))
+            r.read_replies = READ_REPLIES | CACHEABLE_KEYS
+        else:
+            r.off_lane, r.read_replies = OFF_LANE, READ_REPLIES
