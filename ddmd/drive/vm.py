@@ -119,6 +119,10 @@ def settings_from(config: Config) -> SessionSettings:
         max_debuggers=config.debugger.max_per_vm,
         poll_phase=random.random(),
         capture=config.timeouts.capture,
+        speculate=config.debugger.speculate,
+        speculate_rtt=config.debugger.speculate_rtt_ms / 1000,
+        speculate_max_inflight=config.debugger.speculate_max_inflight,
+        speculate_max_bytes=config.debugger.speculate_max_bytes,
     )
 
 

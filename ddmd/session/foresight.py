@@ -224,19 +224,26 @@ class Foresight:
         if (command_set << 8) | command in ENDING_KEYS:
             self._ended(command_set, command)
 
-    def own_replied(self, vm_id: int) -> None:
+    def own_replied(self, vm_id: int) -> list[Command]:
+        """The reply to a command of ddmd's own: a round trip measured. "auto" turns foresight
+        on over the threshold (then asks for its CLASS_UNLOAD request)."""
         sent = self.timed.pop(vm_id, None)
         if sent is None:
-            return
+            return []
         sample = max(0.0, self.host.now - sent)
         self.rtt = sample if self.rtt is None else self.rtt + _ALPHA * (sample - self.rtt)
         if self.mode == "auto" and not self.on and self.rtt > self.threshold:
             self.on = True
             self.host.foresight_switched(True)
+            return self.ask_unload()
+        return []
 
-    def sizes_known(self) -> list[Command]:
-        """Ask for ddmd's own CLASS_UNLOAD request once foresight is on and ids are known."""
-        if not self.on or self.unload_asked:
+    def ask_unload(self) -> list[Command]:
+        """Ask for ddmd's own CLASS_UNLOAD request (suspend policy NONE) once foresight is on
+        and a debugger made the VM's id sizes known. Until its reply, nothing needs it: the VM
+        answers in order, so a class unloads after the request is in place or before anything
+        asked later about it."""
+        if not self.on or self.unload_asked or self.host.foresight_sizes() is None:
             return []
         self.unload_asked = True
         data = EventRequestSet(EventKind.CLASS_UNLOAD, SuspendPolicy.NONE).encode()

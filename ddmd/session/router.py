@@ -245,7 +245,7 @@ class Router:
         self.ready = True
         self.bridge.reset()
         self.foresight.reset()
-        out: list[Command] = [*self.foresight.sizes_known()] if self.id_sizes else []
+        out: list[Command] = self.foresight.ask_unload()
         for number in self.consumers.waiting:
             out += self.intake.complete_handshake(number)
         self.consumers.waiting.clear()
@@ -356,12 +356,12 @@ class Router:
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if type(origin) is not DebuggerOrigin:
-            self.foresight.own_replied(packet.id)
+            own = self.foresight.own_replied(packet.id)  # timed (foresight's "auto")
             if origin is BRIDGE_ORIGIN:
-                return self.bridge.reply(pending, packet)[1]
+                return own + self.bridge.reply(pending, packet)[1]
             if origin is FORESIGHT_ORIGIN:
-                return self.foresight.reply(packet.id, packet)
-            return self.on_reply(pending, packet)
+                return own + self.foresight.reply(packet.id, packet)
+            return own + self.on_reply(pending, packet)
         out: list[Command] = []
         if self.foresight.on:
             out = self.foresight.replied(packet.id, packet)
@@ -389,7 +389,7 @@ class Router:
             self.bridge.sizes = IdSizes.decode(data)
         except ProtocolError as exc:
             return [Log("vm.protocol_error", "warning", {"error": str(exc)})]
-        return self.foresight.sizes_known()
+        return self.foresight.ask_unload()
 
     def vm_command(self, packet: CommandPacket, raw: bytes | None = None) -> list[Command]:
         if packet.command_set == _DDM:

@@ -133,6 +133,12 @@ class VmSession:
             share=DdmShare(self._own_wants, self._known_hello, self._known_features),
             max_debuggers=s.max_debuggers,
             ddm_timeout=s.ddm_request,
+            speculate=(
+                s.speculate,
+                s.speculate_rtt,
+                s.speculate_max_inflight,
+                s.speculate_max_bytes,
+            ),
         )
         # The relay lane (the driver tries it per packet before ``handle``; the router's
         # functions themselves, bound once, as the lane pays for every call). Each decision
