@@ -1,0 +1,90 @@
+"""Foresight with a real peer: a HotSpot JVM through ddmd with ``[debugger] speculate = "on"``,
+and a real ``jdb`` session (breakpoint, where, locals, print, step, cont) that prints the same as
+the same session run directly against another JVM of the same program; ddmd answered some of
+jdb's commands itself.
+
+The JVMs start suspended (``suspend=y``), so both sessions stop at the same iterations. Object
+ids are masked in the comparison: ddmd's own connection asked the thread list before jdb
+attached, so the VM numbers some objects in another order (nothing else may differ).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+
+from tests.actors.rawpeers import free_port_range, monitor, wait_until
+from tests.e2e.conftest import Jdk
+from tests.e2e.jdbdriver import THREAD_PROMPT, Jdb
+from tests.e2e.test_bridge_jvm import (
+    BREAK_LINE,
+    BREAKPOINT_HIT,
+    CAP,
+    WAIT,
+    classes,  # noqa: F401 (a fixture)
+    jdb_session,
+    run_jvm,
+    vm_id,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.jvm
+
+_IDS = re.compile(r"(id=|\([\w.$]+\))\d+")
+
+
+async def _session(jdb: Jdb) -> list[str]:
+    """What jdb prints for each command of the session (object ids masked)."""
+    await jdb.expect(r"VM Started", THREAD_PROMPT)
+    views: list[str] = []
+
+    async def run(line: str, *patterns: str) -> None:
+        text = await jdb.command(line, *patterns)
+        # (and the spaces that align columns of ids of other widths)
+        views.append(re.sub(r" +", " ", _IDS.sub(lambda m: m.group(1) + "#", text)))
+
+    await jdb.until_stopped(f"stop at Prog:{BREAK_LINE}", r"Deferring breakpoint|Set breakpoint")
+    await jdb.until_stopped("cont", *BREAKPOINT_HIT)
+    for _ in range(3):
+        await run("where", r"\[2\] Prog\.main")
+        await run("locals", r"doubled = \d+")
+        await run("print n", r"\bn = \d+")
+        # Of the thread list, the main thread's line: what a JDK thread (Common-Cleaner) does at
+        # the stop varies from run to run, direct too.
+        text = await jdb.command("threads", r"main")
+        main = [" ".join(line.split()[1:]) for line in text.splitlines() if " main " in line]
+        views.append("\n".join(main))
+        await jdb.until_stopped("next", "Step completed:")
+        await run("where", r"\[2\] Prog\.main")
+        await run("locals", r"doubled = \d+")
+        await jdb.until_stopped("cont", *BREAKPOINT_HIT)
+    assert await jdb.quit() == 0, jdb.transcript
+    return views
+
+
+async def test_a_jdb_session_through_foresight_prints_what_it_prints_direct(
+    jdk: Jdk,
+    classes,  # noqa: F811
+    tmp_path,
+) -> None:
+    (port, direct) = free_port_range(2)
+    with trio.fail_after(CAP * 2):
+        async with (
+            run_jvm(jdk, classes, direct, suspend=True),
+            jdb_session(jdk, direct, "direct") as jdb,
+        ):
+            expected = await _session(jdb)
+        async with (
+            monitor([port], tmp_path, debugger={"speculate": "on"}) as h,
+            run_jvm(jdk, classes, port, suspend=True),
+        ):
+            await wait_ready(h, port)
+            async with jdb_session(jdk, h.started.current_port, "through") as jdb:
+                seen = await _session(jdb)
+            (line,) = await wait_until(
+                lambda: h.events("debugger.foresight", vm=vm_id(port)), WAIT, what="foresight"
+            )
+    assert seen == expected
+    assert line["answered"] > 0, line
