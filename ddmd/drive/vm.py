@@ -260,7 +260,16 @@ class VmDriver:
             "bytes_to_debugger": r.bytes_to_debuggers,
             "reconnects": self._session.reconnects,
             "slow_debuggers": self._debuggers.slow,
+            **self._foresight_counts(),
             **self._relay.counts.statistics(),
+        }
+
+    def _foresight_counts(self) -> dict[str, int]:
+        f = self._session.router.foresight_statistics()
+        return {
+            "answered_cache": f.answered_cache,
+            "answered_speculation": f.answered_speculation,
+            "speculation_wasted": f.wasted,
         }
 
     # ------------------------------------------------------------------ VmHandle, calls

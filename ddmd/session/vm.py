@@ -87,7 +87,13 @@ from ddmd.session.inputs import (
 )
 from ddmd.session.jvmthreads import JvmThreads
 from ddmd.session.lifecycle import TRANSITIONS, Lifecycle
-from ddmd.session.model import UNNAMED, DebuggerSnapshot, VmModel, VmSnapshot
+from ddmd.session.model import (
+    UNNAMED,
+    DebuggerSnapshot,
+    ForesightSnapshot,
+    VmModel,
+    VmSnapshot,
+)
 from ddmd.session.poll import ThreadPoll
 from ddmd.session.profiling import Profiling
 from ddmd.session.release import Release
@@ -513,4 +519,11 @@ class VmSession:
             connected_at=self.connected_at,
             unsupported_reasons=tuple(sorted(m.unsupported.items())),
             debuggers=debuggers,
+            foresight=self._foresight(),
+        )
+
+    def _foresight(self) -> ForesightSnapshot:
+        f = self.router.foresight_statistics()
+        return ForesightSnapshot(
+            f.on, f.rtt, f.answered_cache, f.answered_speculation, f.speculated, f.wasted
         )

@@ -83,6 +83,10 @@ async def test_a_jdb_session_through_foresight_prints_what_it_prints_direct(
             await wait_ready(h, port)
             async with jdb_session(jdk, h.started.current_port, "through") as jdb:
                 seen = await _session(jdb)
+            figures = (await h.vm(vm_id(port)))["foresight"]  # the API shows them per VM
+            assert figures["on"], figures
+            assert figures["answered_cache"] + figures["answered_speculation"] > 0, figures
+            assert figures["round_trip"] is not None, figures
             (line,) = await wait_until(
                 lambda: h.events("debugger.foresight", vm=vm_id(port)), WAIT, what="foresight"
             )
