@@ -69,6 +69,7 @@ _ALPHA: Final = 0.125  # the smoothing of the round trip (TCP's SRTT)
 _MAX_TIMED: Final = 256
 _MAX_SHAPES: Final = 3
 _FRAMES_KEY: Final = 0x0B06
+_BY_COUNT: Final = b"count"  # a Frames shape: (0, the FrameCount reply)
 _MAX_FRAMES: Final = 30  # frames of a Frames reply whose class data is asked
 
 
@@ -351,9 +352,10 @@ class Foresight:
         if self.suspended == _ALL:
             self._plan(b"\x01\x04", ("threads",))
         if self.thread:
-            self._plan(b"\x0b\x07" + self.thread)
+            self._plan(b"\x0b\x07" + self.thread, ("count",))
             for shape in self.shapes:
-                self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
+                if shape != _BY_COUNT:
+                    self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
         return self._drain()
 
     # ------------------------------------------------------------------ foresight's own
@@ -386,6 +388,9 @@ class Foresight:
                     self._plan(b"\x0b\x01" + thread)
             elif what == "frames":
                 self._frames(data, sizes)
+            elif what == "count" and _BY_COUNT in self.shapes and self.thread:
+                shape = b"\x00\x00\x00\x00" + data[:4]  # frames 0 to FrameCount
+                self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
             elif what == "this" and len(data) > 1 and data[0] == ord("L"):
                 obj = data[1 : 1 + sizes.object_id]
                 if any(obj) and self.suspended == _ALL:
@@ -514,10 +519,14 @@ class Foresight:
 
     def _learn_shape(self, data: bytes) -> None:
         """A debugger asked Frames of the event thread: keep its (start, length) for the next
-        stops (newest last, a few)."""
+        stops (newest last, a few); (0, FrameCount) as such, asked once the count is known."""
         if data[: len(self.thread)] != self.thread or len(data) != len(self.thread) + 8:
             return
         shape = data[len(self.thread) :]
+        count = self.scoped.get(b"\x0b\x07" + self.thread)
+        counted = count is not None and count.stamp == self.epoch and not count.error
+        if counted and count is not None and shape == bytes(4) + count.data[:4]:
+            shape = _BY_COUNT  # (0, FrameCount): an IDE's frames(0, min(N, count))
         self.shapes.pop(shape, None)
         self.shapes[shape] = None
         while len(self.shapes) > _MAX_SHAPES:

@@ -411,3 +411,18 @@ def test_auto_turns_foresight_on_over_the_threshold() -> None:
     assert r.off_lane[(1 << 8) | 4] == 0  # AllThreads is read now
     assert r.foresight.rtt == pytest.approx(0.001 + (0.2 - 0.001) / 8)
     assert Playbook  # (the module's style)
+
+
+def test_frames_up_to_the_frame_count_are_learned_as_such() -> None:
+    """An IDE asks frames(0, min(20, count)): at the next stop, Frames(0, count) once the
+    FrameCount reply is in."""
+    h = on(1, inflight=64)
+    h.handle(VmBytes(composite(ALL, bp(5))))
+    h.handle(VmBytes(reply(4, int4(3))))  # FrameCount: 3
+    served(h, 1, 9, FRAME_COUNT, tid(T1), int4(3))
+    asked(h, 1, 10, 6, FRAMES, tid(T1) + int4(0) + int4(3), FRAMES_REPLY)
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    count = [d for d in sent(out) if d[9:11] == bytes(FRAME_COUNT)]
+    assert count
+    out = h.handle(VmBytes(reply(int.from_bytes(count[0][4:8], "big"), int4(2))))
+    assert [d[11:] for d in sent(out)] == [tid(T1) + int4(0) + int4(2)]
