@@ -24,6 +24,12 @@ From a debugger (``bridge.py`` holds the per-debugger rules):
                  router reads it (``lanes.READ_REPLIES``, ids the bridge watches)
     reply ─────▶ dropped (a VM never expects replies)
 
+Foresight (``foresight.py``, ``[debugger] speculate``): while it is on, the relay lanes consult
+tables that also keep its commands off them (``off_lane``, ``read_replies``: ``lanes``' own tables
+while it is off, so the lane costs what it did). It sees a debugger's storable command before it
+is forwarded (``Intake``), every command written to the VM (``bridge_forward``, ``send_own``:
+those that end validity, and round trips), the replies, and every Event.Composite.
+
 Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
 Large packets (over ``stream_threshold``) are relayed in pieces: ``SendToDebugger(more=True)``
 until the last piece, and nothing else goes to that debugger in between. Large events, and

@@ -11,17 +11,20 @@ attached, so the VM numbers some objects in another order (nothing else may diff
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import trio
 
 from tests.actors.rawpeers import free_port_range, monitor, wait_until
-from tests.e2e.conftest import Jdk
+from tests.e2e.conftest import Jdk, require_tool
 from tests.e2e.jdbdriver import THREAD_PROMPT, Jdb
 from tests.e2e.test_bridge_jvm import (
     BREAK_LINE,
     BREAKPOINT_HIT,
     CAP,
+    PROG,
     WAIT,
     classes,  # noqa: F401 (a fixture)
     jdb_session,
@@ -92,3 +95,52 @@ async def test_a_jdb_session_through_foresight_prints_what_it_prints_direct(
             )
     assert seen == expected
     assert line["answered"] > 0, line
+
+
+JAVA_DIR = Path(__file__).parent / "java"
+
+
+@pytest.fixture(scope="module")
+def views_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Prog and the IDE-shaped JDI client ``java/StopViews.java``, compiled with -g."""
+    out = tmp_path_factory.mktemp("views")
+    (out / "Prog.java").write_text(PROG)
+    sources = [str(out / "Prog.java"), str(JAVA_DIR / "StopViews.java")]
+    subprocess.run(
+        [require_tool("javac"), "-g", "-d", str(out), *sources],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+async def _views(jdk: Jdk, classes: Path, port: int) -> str:
+    argv = [jdk.java, "-cp", str(classes), "StopViews", "127.0.0.1", str(port), "Prog"]
+    result = await trio.run_process(
+        [*argv, str(BREAK_LINE), "3"], capture_stdout=True, capture_stderr=True
+    )
+    return result.stdout.decode()
+
+
+async def test_an_ide_client_through_foresight_sees_what_it_sees_direct(
+    jdk: Jdk,
+    views_classes: Path,
+    tmp_path: Path,
+) -> None:
+    """Three stops (a breakpoint and a step over each) of a JDI client shaped like an IDE's:
+    threads, frames, class data, locals; the same views direct and through ddmd."""
+    (port, direct) = free_port_range(2)
+    with trio.fail_after(CAP * 2):
+        async with run_jvm(jdk, views_classes, direct, suspend=True):
+            expected = await _views(jdk, views_classes, direct)
+        assert expected.count("stop ") == 6, expected
+        async with (
+            monitor([port], tmp_path, debugger={"speculate": "on"}) as h,
+            run_jvm(jdk, views_classes, port, suspend=True),
+        ):
+            await wait_ready(h, port)
+            seen = await _views(jdk, views_classes, h.started.current_port)
+            figures = (await h.vm(vm_id(port)))["foresight"]
+    assert seen == expected
+    assert figures["answered_speculation"] > 0, figures
