@@ -115,8 +115,8 @@ def views_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-async def _views(jdk: Jdk, classes: Path, port: int) -> str:
-    argv = [jdk.java, "-cp", str(classes), "StopViews", "127.0.0.1", str(port), "Prog"]
+async def _views(jdk: Jdk, compiled: Path, port: int) -> str:
+    argv = [jdk.java, "-cp", str(compiled), "StopViews", "127.0.0.1", str(port), "Prog"]
     result = await trio.run_process(
         [*argv, str(BREAK_LINE), "3"], capture_stdout=True, capture_stderr=True
     )
