@@ -225,8 +225,7 @@ class Bridge:
         self.retired.clear()
         self.ledger.clear()
         self.watch.clear()
-        self.members.clear()
-        self.hidden.clear()
+        self.members.clear()  # (``hidden`` stays: the VM keeps ddmd's requests)
 
     def hidden_from(self, debugger: int, packet: CommandPacket) -> bool:
         """Whether ``command`` answers this otherwise than the VM would (a thread others hold)."""

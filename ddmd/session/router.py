@@ -240,6 +240,7 @@ class Router:
         self._decoder = self._new_decoder()
         self.pieces.reset()
         self.share.reset()
+        self.bridge.hidden.clear()  # request ids restart with the connection
         out = self.connected_again()
         if leftover:
             out += self.vm_data(leftover)

@@ -426,3 +426,16 @@ def test_frames_up_to_the_frame_count_are_learned_as_such() -> None:
     assert count
     out = h.handle(VmBytes(reply(int.from_bytes(count[0][4:8], "big"), int4(2))))
     assert [d[11:] for d in sent(out)] == [tid(T1) + int4(0) + int4(2)]
+
+
+def test_ddmd_s_class_unload_events_reach_no_later_debugger_either() -> None:
+    """The last debugger leaving resets the bridge; ddmd's request stays in the VM, and hidden."""
+    h = on(1)
+    assert h.book() >> ConsumerLeft(1, "gone") << CloseDebugger(1, "left")
+    assert (
+        h.book()
+        >> ConsumerJoined(2, "vm-port", "p")
+        >> ConsumerBytes(2, HANDSHAKE)
+        << SendToDebugger(2, HANDSHAKE)
+        >> VmBytes(composite(0, ev(9, OWN_REQUEST, int4(3) + b"LA;")))  # nothing to debugger 2
+    )
