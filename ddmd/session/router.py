@@ -359,7 +359,8 @@ class Router:
             if watched:  # a departed debugger's event request: the bridge clears it
                 return self.bridge.reply(None, packet)[1]
             if self.was_orphan(packet.id):
-                return []  # its consumer left (logged once, when it left)
+                # Its consumer left (logged once, when it left); others may wait on it (twins).
+                return self.foresight.replied(packet.id, packet)
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if type(origin) is not DebuggerOrigin:

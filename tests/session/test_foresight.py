@@ -439,3 +439,21 @@ def test_ddmd_s_class_unload_events_reach_no_later_debugger_either() -> None:
         << SendToDebugger(2, HANDSHAKE)
         >> VmBytes(composite(0, ev(9, OWN_REQUEST, int4(3) + b"LA;")))  # nothing to debugger 2
     )
+
+
+def test_a_twin_whose_asker_left_still_answers_who_waits_for_it() -> None:
+    h = on(1, 2)
+    stop_both = composite(ALL, bp(0))
+    assert (
+        h.book()
+        >> VmBytes(stop_both)
+        << SendToDebugger(1, stop_both)
+        << SendToDebugger(2, stop_both)
+        >> ConsumerBytes(1, cmd(10, ALL_THREADS))
+        << SendToVm(cmd(3, ALL_THREADS))
+        >> ConsumerBytes(2, cmd(40, ALL_THREADS))
+        >> ConsumerLeft(1, "gone")
+        << CloseDebugger(1, "left")  # debugger 2 still holds the shared suspension
+        >> VmBytes(reply(3, THREADS))
+        << SendToDebugger(2, reply(40, THREADS))
+    )
