@@ -395,7 +395,7 @@ class Foresight:
                 obj = data[1 : 1 + sizes.object_id]
                 if any(obj) and self.suspended == _ALL:
                     self._plan(b"\x09\x01" + obj)
-            elif what == "locals":
+            elif what == "locals" and follow[3] == self.epoch:  # the frame is still there
                 head, index = follow[1], follow[2]
                 assert isinstance(head, bytes)
                 assert isinstance(index, int)
@@ -416,7 +416,7 @@ class Foresight:
             with contextlib.suppress(ProtocolError):
                 self._plan(b"\x10\x01" + head + jdi_visible_slots(entry.data, top.code_index))
         else:
-            self._plan(variables, ("locals", head, top.code_index))
+            self._plan(variables, ("locals", head, top.code_index, self.epoch))
         seen: set[bytes] = set()
         for frame in frames[:_MAX_FRAMES]:
             if frame.class_id not in seen:
