@@ -172,6 +172,9 @@ class Event(StrEnum):
     VM_COMMAND_REFUSED = "vm.command_refused"  # a command ddmd sent for a debugger's rules
     DEBUGGER_RELEASED = "debugger.released"  # what a departing debugger's leaving released
     DEBUGGER_HOLD_OVERFLOWED = "debugger.hold_overflowed"
+    # foresight: how many of a departing debugger's commands ddmd answered, and about how much
+    # time that saved it (answered x the measured round trip)
+    DEBUGGER_FORESIGHT = "debugger.foresight"
     PORTS_STATE_PROBLEM = "ports.state_problem"
     PORTS_FORGOTTEN = "ports.forgotten"  # an app's remembered debugger port was dropped
     # monitoring

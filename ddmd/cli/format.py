@@ -180,7 +180,34 @@ def format_clients(vms: list[dict[str, Any]], *, verbose: bool = False) -> str:
         # Clients that are not VMs (ddmd.client, e.g. `ddmd sysmon`) say what they are.
         kinds = [(*row, vm.get("kind", "VM")) for row, vm in zip(rows, vms, strict=True)]
         return _with_debuggers(table((*headers, "CURRENT", "KIND"), kinds), vms, verbose)
-    return _with_debuggers(table((*headers, "CURRENT"), rows), vms, verbose)
+    return _with_foresight(
+        _with_debuggers(table((*headers, "CURRENT"), rows), vms, verbose), vms, verbose
+    )
+
+
+def _with_foresight(text: str, vms: list[dict[str, Any]], verbose: bool) -> str:
+    """``verbose``: per VM with foresight figures, its round trip and what ddmd answered."""
+    rows = []
+    for vm in vms:
+        f = vm.get("foresight")
+        if not verbose or not isinstance(f, dict) or (f.get("round_trip") is None and not f["on"]):
+            continue
+        trip = f.get("round_trip")
+        rows.append(
+            (
+                vm["id"],
+                "on" if f.get("on") else "off",
+                None if trip is None else f"{trip * 1000:.2f} ms",
+                f.get("answered_cache"),
+                f.get("answered_speculation"),
+                f.get("speculated"),
+                f.get("wasted"),
+            )
+        )
+    if rows:
+        headers = ("VM", "FORESIGHT", "ROUND TRIP", "CACHED", "FORESEEN", "ASKED", "WASTED")
+        text += "\n\nforesight (answered by ddmd):\n" + table(headers, rows)
+    return text
 
 
 def _with_debuggers(text: str, vms: list[dict[str, Any]], verbose: bool = False) -> str:

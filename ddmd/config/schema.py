@@ -65,6 +65,7 @@ LOG_FORMATS: Final = ("auto", "json", "console")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 UNKNOWN_PEER_MODES: Final = ("allow", "refuse")
 FRONT_ON_KILL: Final = ("refuse", "relay")
+SPECULATE_MODES: Final = ("auto", "on", "off")
 #: The longest path a unix socket can have (sun_path holds 108 bytes with the final NUL).
 MAX_SOCKET_PATH: Final = 107
 
@@ -119,6 +120,10 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "max_per_vm": 4,
                 "relay_threads": True,
                 "relay_spin_us": 60,
+                "speculate": "auto",
+                "speculate_rtt_ms": 2,
+                "speculate_max_inflight": 64,
+                "speculate_max_bytes": 4 * 1024 * 1024,
             }
         ),
         "control": MappingProxyType(
@@ -323,6 +328,10 @@ class DebuggerConfig:
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
     relay_threads: bool = True  # a VM with debuggers is relayed by a thread (drive/threadlane.py)
     relay_spin_us: int = 60  # how long that thread polls for a reply before it sleeps (0: never)
+    speculate: str = "auto"  # foresight (session/foresight.py): auto, on or off
+    speculate_rtt_ms: int = 2  # "auto" turns it on for a VM whose round trip is longer
+    speculate_max_inflight: int = 64  # ddmd's own commands in flight per stop, at most
+    speculate_max_bytes: int = 4 * 1024 * 1024  # replies held per VM, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +513,10 @@ SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
                 "max_per_vm": rule("integer", minimum=1, maximum=64),
                 "relay_threads": rule("relay_threads"),
                 "relay_spin_us": rule("integer", minimum=0, maximum=1000),
+                "speculate": rule("choice", SPECULATE_MODES),
+                "speculate_rtt_ms": rule("integer", minimum=0, maximum=60_000),
+                "speculate_max_inflight": rule("integer", minimum=1, maximum=4096),
+                "speculate_max_bytes": rule("integer", minimum=0),
             },
         ),
         "control": SectionSchema(

@@ -149,6 +149,29 @@ class DaemonCollector:
             "Requests of ddmd's own (DDM, JDWP Version) a VM did not answer in time",
             value=total.requests_timed_out,
         )
+        answered = CounterMetricFamily(
+            "ddmd_foresight_answered",
+            "Debuggers' commands ddmd answered itself (foresight), from replies kept or from its "
+            "own speculative commands",
+            labels=["source"],
+        )
+        answered.add_metric(["cache"], total.answered_cache)
+        answered.add_metric(["speculation"], total.answered_speculation)
+        yield answered
+        yield CounterMetricFamily(
+            "ddmd_foresight_wasted",
+            "Speculative commands whose reply no debugger asked for before it went stale",
+            value=total.speculation_wasted,
+        )
+        trip = GaugeMetricFamily(
+            "ddmd_vm_round_trip_seconds",
+            "Smoothed round trip of ddmd's own requests to a VM (foresight's auto threshold)",
+            labels=["vm"],
+        )
+        for snap in snapshots:
+            if snap.foresight is not None and snap.foresight.round_trip is not None:
+                trip.add_metric([snap.id], snap.foresight.round_trip)
+        yield trip
         yield CounterMetricFamily(
             "ddmd_vm_reconnects",
             "VM connections reopened (after a debugger left)",

@@ -52,6 +52,9 @@ class RelayTotals:
     reconnects: int = 0
     slow_debuggers: int = 0
     requests_timed_out: int = 0
+    answered_cache: int = 0  # foresight: debuggers' commands answered from replies kept
+    answered_speculation: int = 0  # and from ddmd's own speculative ones
+    speculation_wasted: int = 0
 
     def add(self, vm: CountedVm) -> None:
         """Fold in one VM's final counts (call once, as it leaves the supervisor)."""

@@ -119,6 +119,10 @@ def settings_from(config: Config) -> SessionSettings:
         max_debuggers=config.debugger.max_per_vm,
         poll_phase=random.random(),
         capture=config.timeouts.capture,
+        speculate=config.debugger.speculate,
+        speculate_rtt=config.debugger.speculate_rtt_ms / 1000,
+        speculate_max_inflight=config.debugger.speculate_max_inflight,
+        speculate_max_bytes=config.debugger.speculate_max_bytes,
     )
 
 
@@ -256,7 +260,16 @@ class VmDriver:
             "bytes_to_debugger": r.bytes_to_debuggers,
             "reconnects": self._session.reconnects,
             "slow_debuggers": self._debuggers.slow,
+            **self._foresight_counts(),
             **self._relay.counts.statistics(),
+        }
+
+    def _foresight_counts(self) -> dict[str, int]:
+        f = self._session.router.foresight_statistics()
+        return {
+            "answered_cache": f.answered_cache,
+            "answered_speculation": f.answered_speculation,
+            "speculation_wasted": f.wasted,
         }
 
     # ------------------------------------------------------------------ VmHandle, calls

@@ -57,7 +57,7 @@ DDM (``release``: the commands under an origin of its own, and the ids it waits 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -256,6 +256,7 @@ class Bridge:
         self.watch: dict[int, _Watch] = {}  # VM-side id -> what its reply means here
         self.members: dict[int, _Member] = {}
         self.pins = Pins()
+        self.hidden: set[int] = set()  # ddmd's own requests (CLASS_UNLOAD): events to nobody
 
     def reset(self) -> None:
         """The VM dropped every debugger's state (a new connection, or a release)."""
@@ -263,8 +264,15 @@ class Bridge:
         self.retired.clear()
         self.ledger.clear()
         self.watch.clear()
-        self.members.clear()
+        self.members.clear()  # (``hidden`` stays: the VM keeps ddmd's requests)
         self.pins.clear()
+
+    def hidden_from(self, debugger: int, packet: CommandPacket) -> bool:
+        """Whether ``command`` answers this otherwise than the VM would (a thread others hold)."""
+        if (packet.command_set << 8) | packet.command not in SHARED_VIEW:
+            return False
+        thread = self._thread_of(packet)
+        return thread is None or self._hidden(debugger, thread)
 
     # ------------------------------------------------------------------ queries
 
@@ -639,7 +647,8 @@ class Bridge:
             composite = decode_composite(packet.data, self.sizes)
         except ProtocolError as exc:
             return self._undivided(packet, raw, attached, str(exc))
-        parts = split(composite, self.requests, attached, self.retired, self.sizes)
+        retired: Container[int] = self.retired.keys() | self.hidden if self.hidden else self.retired
+        parts = split(composite, self.requests, attached, retired, self.sizes)
         out: list[Command] = [
             Log("vm.event_dropped", "debug", {"kind": e.kind, "request": e.request_id})
             for e in parts.dropped

@@ -48,6 +48,7 @@ from ddmd.session.bridge import BRIDGED, Bridge
 from ddmd.session.commands import CloseDebugger, Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import Consumer, ConsumerTable
 from ddmd.session.ddmshare import DdmShare
+from ddmd.session.foresight import Foresight
 from ddmd.session.pieces import Pieces
 
 __all__ = ["SHARE_ORIGIN", "Intake", "IntakeHost"]
@@ -84,6 +85,8 @@ class IntakeHost(Protocol):
     def bridge(self) -> Bridge: ...
     @property
     def share(self) -> DdmShare: ...
+    @property
+    def foresight(self) -> Foresight: ...
     @property
     def pieces(self) -> Pieces: ...
     @property
@@ -281,6 +284,10 @@ class Intake:
                 return self._r.deliver(debugger, reply), None
         if not self._r.ready:
             return [], "the VM is not connected"
+        if self._r.foresight.on:
+            served = self._r.foresight.command(debugger.id, packet)  # foresight.py
+            if served is not None:
+                return served, None
         if (packet.command_set << 8) | packet.command in BRIDGED:
             return self._r.bridge.command(debugger.id, packet), None
         return self._r.bridge_forward(debugger.id, packet)[1], None

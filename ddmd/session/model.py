@@ -99,6 +99,30 @@ class DebuggerSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class ForesightSnapshot:
+    """Foresight on one VM (``session/foresight.py``): whether it is on, the measured round trip
+    of ddmd's own requests (seconds, smoothed), debuggers' commands answered here from replies
+    kept and from ddmd's own speculative ones, speculative commands sent and wasted."""
+
+    on: bool
+    round_trip: float | None
+    answered_cache: int
+    answered_speculation: int
+    speculated: int
+    wasted: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "on": self.on,
+            "round_trip": self.round_trip,
+            "answered_cache": self.answered_cache,
+            "answered_speculation": self.answered_speculation,
+            "speculated": self.speculated,
+            "wasted": self.wasted,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class VmSnapshot:
     """Everything the control API shows about one VM. Built by its actor; immutable."""
 
@@ -129,6 +153,7 @@ class VmSnapshot:
     # Why each feature in ``unsupported`` is missing, in a user's words (feature, reason).
     unsupported_reasons: tuple[tuple[str, str], ...] = ()
     debuggers: tuple[DebuggerSnapshot, ...] = ()  # every attached debugger
+    foresight: ForesightSnapshot | None = None
 
     @property
     def display_name(self) -> str:
@@ -177,6 +202,7 @@ class VmSnapshot:
             "debuggers": [d.to_json() for d in self.debuggers],
             "current": self.current,
             "connected_at": self.connected_at,
+            "foresight": None if self.foresight is None else self.foresight.to_json(),
             "name": self.display_name,
             "missing": self.missing(),
             # Why this VM has no logcat (a sentence), or None: it is on a device.

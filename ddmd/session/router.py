@@ -24,6 +24,12 @@ From a debugger (``bridge.py`` holds the per-debugger rules):
                  router reads it (``lanes.READ_REPLIES``, ids the bridge watches)
     reply ─────▶ dropped (a VM never expects replies)
 
+Foresight (``foresight.py``, ``[debugger] speculate``): while it is on, the relay lanes consult
+tables that also keep its commands off them (``off_lane``, ``read_replies``: ``lanes``' own tables
+while it is off, so the lane costs what it did). It sees a debugger's storable command before it
+is forwarded (``Intake``), every command written to the VM (``bridge_forward``, ``send_own``:
+those that end validity, and round trips), the replies, and every Event.Composite.
+
 Every id written to the VM comes from the one ``IdRewriter``: it is the only reply matcher.
 Large packets (over ``stream_threshold``) are relayed in pieces: ``SendToDebugger(more=True)``
 until the last piece, and nothing else goes to that debugger in between. Large events, and
@@ -35,8 +41,9 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.idmap import IdRewriter, Pending
@@ -61,9 +68,11 @@ from ddmd.session.bridge import BRIDGE_ORIGIN, Bridge
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerKind, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
+from ddmd.session.foresight import FORESIGHT_ORIGIN, Foresight, ForesightStatistics
 from ddmd.session.intake import Intake
 from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
 from ddmd.session.pieces import Pieces
+from ddmd.session.stability import CACHEABLE_KEYS, ENDING_KEYS
 
 __all__ = ["DebuggerLane", "DebuggerOrigin", "Router", "RouterStatistics", "VmLane"]
 
@@ -150,6 +159,13 @@ class Router:
     bytes_to_vm: int = 0
     bytes_to_debuggers: int = 0
     handshakes: int = 0  # handshakes completed, ever (the session notices new consumers)
+    # [debugger] speculate and its bounds (foresight.py): mode, auto threshold (s), bounds.
+    speculate: tuple[str, float, int, int] = ("off", 0.002, 64, 4 << 20)
+    foresight: Foresight = field(init=False)
+    # What the relay lanes consult: ``lanes``' tables, or with foresight on, tables that also
+    # keep its commands and replies off the lanes (``foresight_switched``).
+    off_lane: Mapping[int, int] = field(default_factory=lambda: OFF_LANE, init=False)
+    read_replies: frozenset[int] = field(default=READ_REPLIES, init=False)
 
     def __post_init__(self) -> None:
         self._decoder = self._new_decoder()
@@ -157,6 +173,13 @@ class Router:
         self.pieces = Pieces(self)
         self.intake = Intake(self)
         self.bridge = Bridge(self)
+        mode, threshold, inflight, held = self.speculate
+        link = ForesightLink(self)
+        self.foresight = Foresight(
+            link, mode=mode, threshold=threshold, max_inflight=inflight, max_bytes=held
+        )
+        if self.foresight.on:
+            link.foresight_switched(True)
 
     def _new_decoder(self) -> PacketDecoder:
         return PacketDecoder(
@@ -171,6 +194,9 @@ class Router:
     def attached_count(self) -> int:
         """Consumers that count as debuggers now."""
         return self.consumers.debugging_count
+
+    def foresight_statistics(self) -> ForesightStatistics:
+        return self.foresight.statistics()
 
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(
@@ -217,6 +243,7 @@ class Router:
         self._decoder = self._new_decoder()
         self.pieces.reset()
         self.share.reset()
+        self.bridge.hidden.clear()  # request ids restart with the connection
         out = self.connected_again()
         if leftover:
             out += self.vm_data(leftover)
@@ -228,9 +255,11 @@ class Router:
         ddmd's own commands (release.py), so the bridge keeps what it knows of it (the
         requests it cleared, whose late events are dropped)."""
         self.ready = True
-        if not kept:
-            self.bridge.reset()
         out: list[Command] = []
+        if not kept:  # the VM dropped every debugger's state, ddmd's own requests too
+            self.bridge.reset()
+            self.foresight.reset()
+            out += self.foresight.ask_unload()
         for number in self.consumers.waiting:
             out += self.intake.complete_handshake(number)
         self.consumers.waiting.clear()
@@ -243,6 +272,7 @@ class Router:
         self.pieces.reset()
         self.orphans.clear()
         self.bridge.reset()
+        self.foresight.reset()
         return list(self.ids.drop_all())
 
     def relay_from_vm(self, data: bytes) -> VmLane | None:
@@ -260,7 +290,7 @@ class Router:
         if pending is None or type(pending.origin) is not DebuggerOrigin:
             return None
         watched = vm_id in self.bridge.watch
-        if (pending.command_set << 8) | pending.command in READ_REPLIES or (
+        if (pending.command_set << 8) | pending.command in self.read_replies or (
             watched and not self.bridge.lane_reply(vm_id, b9 | b10)
         ):
             return None
@@ -336,22 +366,29 @@ class Router:
             if watched:  # a departed debugger's event request: the bridge clears it
                 return self.bridge.reply(None, packet)[1]
             if self.was_orphan(packet.id):
-                return []  # its consumer left (logged once, when it left)
+                # Its consumer left (logged once, when it left); others may wait on it (twins).
+                return self.foresight.replied(packet.id, packet)
             return [Log("ddm.reply_unknown", fields={"id": packet.id, "error": packet.error_code})]
         origin = pending.origin
         if type(origin) is not DebuggerOrigin:
+            own = self.foresight.own_replied(packet.id)  # timed (foresight's "auto")
             if origin is BRIDGE_ORIGIN:
-                return self.bridge.reply(pending, packet)[1]
-            return self.on_reply(pending, packet)
+                return own + self.bridge.reply(pending, packet)[1]
+            if origin is FORESIGHT_ORIGIN:
+                return own + self.foresight.reply(packet.id, packet)
+            return own + self.on_reply(pending, packet)
         out: list[Command] = []
+        if self.foresight.on:
+            out = self.foresight.replied(packet.id, packet)
         if watched:
-            passed, out = self.bridge.reply(pending, packet)
+            passed, more = self.bridge.reply(pending, packet)
+            out += more
             if passed is None:
                 return out
             packet = passed
         elif pending.command_set == CommandSet.VIRTUAL_MACHINE and not packet.error_code:
             if pending.command == VirtualMachineCommand.ID_SIZES:
-                out = self._learn_id_sizes(packet.data)
+                out += self._learn_id_sizes(packet.data)
             elif pending.command == VirtualMachineCommand.VERSION:
                 self.version_reply = packet.data  # the same for every debugger: asked once
         consumer = self.consumers.by_id.get(origin.debugger)
@@ -367,7 +404,7 @@ class Router:
             self.bridge.sizes = IdSizes.decode(data)
         except ProtocolError as exc:
             return [Log("vm.protocol_error", "warning", {"error": str(exc)})]
-        return []
+        return self.foresight.ask_unload()
 
     def vm_command(self, packet: CommandPacket, raw: bytes | None = None) -> list[Command]:
         if packet.command_set == _DDM:
@@ -378,10 +415,13 @@ class Router:
                 for consumer in speakers:
                     out += self.deliver(consumer, data)
             return out
+        composite = packet.command_set == CommandSet.EVENT and packet.command == _EVENT_COMPOSITE
+        if composite:
+            self.foresight.event(packet.data)  # something ran
         if self.attached_count:
             data = encode(packet) if raw is None else raw
-            if packet.command_set == CommandSet.EVENT and packet.command == _EVENT_COMPOSITE:
-                return self.bridge.composite(packet, data)
+            if composite:
+                return self.bridge.composite(packet, data) + self.foresight.speculate()
             return [
                 c
                 for d in self.consumers.by_id.values()
@@ -425,6 +465,7 @@ class Router:
     ) -> tuple[int, SendToVm]:
         """A command of ddmd's own (or a chunk handler's): its VM-side id and the bytes."""
         vm_id = self.ids.allocate(origin, 0, command_set, command, deadline)
+        self.foresight.own_sent(vm_id, command_set, command)
         packet = encode(CommandPacket(vm_id, command_set, command, data))
         self.packets_to_vm += 1
         self.bytes_to_vm += len(packet)
@@ -448,6 +489,8 @@ class Router:
     ) -> tuple[int, list[Command]]:
         d = self.consumers.by_id[debugger]
         vm_id = self.ids.allocate(d.origin, packet.id, packet.command_set, packet.command, deadline)
+        if self.foresight.on:
+            self.foresight.forwarded(vm_id, packet)
         body = packet.data
         head = _COMMAND_HEADER.pack(11 + len(body), vm_id, 0, packet.command_set, packet.command)
         self.packets_to_vm += 1
@@ -483,8 +526,16 @@ class Router:
 
     def debugger_left(self, number: int) -> tuple[bool, bool, list[Command]]:
         """Forget a consumer (``Intake.debugger_left``): whether its handshake was done, whether
-        it was debugging, and the commands."""
-        return self.intake.debugger_left(number)
+        it was debugging, and the commands; with foresight, how many of its commands were
+        answered here (a log line), and the last one leaving drops method data."""
+        attached, debugging, out = self.intake.debugger_left(number)
+        if debugging:
+            answered = self.foresight.left(number, not self.attached_count)
+            if answered:
+                rtt = self.foresight.rtt or 0.0
+                fields = {"debugger": number, "answered": answered, "saved": answered * rtt}
+                out.append(Log("debugger.foresight", fields=fields))
+        return attached, debugging, out
 
     def replay_held(self) -> list[tuple[int, list[Command], str | None]]:
         """The commands consumers sent while the connection was not usable, taken now
@@ -513,7 +564,7 @@ class Router:
         length, packet_id, flags, command_set, command = _COMMAND_HEADER.unpack_from(data)
         if length != len(data) or length > self.max_packet or flags != 0:
             return None
-        off = OFF_LANE.get((command_set << 8) | command)
+        off = self.off_lane.get((command_set << 8) | command)
         if off is not None and (off == SLOW or self.attached_count != 1):
             return None
         vm_id = self.ids.next_free()
@@ -532,3 +583,45 @@ class Router:
         consumer.bytes_in += length
         self.packets_to_vm += 1
         self.bytes_to_vm += length
+
+
+class ForesightLink:
+    """The router as ``ForesightHost`` (foresight.py): its public members, nothing more."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    @property
+    def now(self) -> float:
+        return self.router.now
+
+    def foresight_sizes(self) -> IdSizes | None:
+        return self.router.bridge.sizes
+
+    def foresight_send(self, command_set: int, command: int, data: bytes) -> tuple[int, Command]:
+        return self.router.send_own(FORESIGHT_ORIGIN, command_set, command, data, math.inf)
+
+    def foresight_reply(
+        self, debugger: int, packet_id: int, error: int, data: bytes
+    ) -> list[Command]:
+        d = self.router.consumers.by_id.get(debugger)
+        if d is None:
+            return []
+        head = _REPLY_HEADER.pack(11 + len(data), packet_id, 0x80, error)
+        return self.router.deliver(d, head + data)
+
+    def foresight_hidden(self, debugger: int, packet: CommandPacket) -> bool:
+        return self.router.bridge.hidden_from(debugger, packet)
+
+    def foresight_hide_request(self, request_id: int) -> None:
+        self.router.bridge.hidden.add(request_id)  # its events reach no debugger
+
+    def foresight_switched(self, on: bool) -> None:
+        """Foresight's commands leave the relay lanes while it is on (``lanes`` when off)."""
+        r = self.router
+        if on:
+            keys = CACHEABLE_KEYS | ENDING_KEYS
+            r.off_lane = MappingProxyType(dict(OFF_LANE) | dict.fromkeys(keys, SLOW))
+            r.read_replies = READ_REPLIES | CACHEABLE_KEYS
+        else:
+            r.off_lane, r.read_replies = OFF_LANE, READ_REPLIES

@@ -27,3 +27,8 @@ class SessionSettings:
     quiet_confirm: float = 1.0  # how long a GC without heap info waits for a reply
     poll_phase: float = 0.0  # 0..1: this VM's place in the poll interval (spreads many VMs)
     capture: float = 60.0  # how long a trace or heap dump may take to start arriving
+    # [debugger] speculate (foresight.py): off here (Playbooks); the config's default is "auto".
+    speculate: str = "off"
+    speculate_rtt: float = 0.002  # seconds
+    speculate_max_inflight: int = 64
+    speculate_max_bytes: int = 4 << 20

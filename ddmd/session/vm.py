@@ -88,7 +88,13 @@ from ddmd.session.inputs import (
 )
 from ddmd.session.jvmthreads import JvmThreads
 from ddmd.session.lifecycle import TRANSITIONS, Lifecycle
-from ddmd.session.model import UNNAMED, DebuggerSnapshot, VmModel, VmSnapshot
+from ddmd.session.model import (
+    UNNAMED,
+    DebuggerSnapshot,
+    ForesightSnapshot,
+    VmModel,
+    VmSnapshot,
+)
 from ddmd.session.poll import ThreadPoll
 from ddmd.session.profiling import Profiling
 from ddmd.session.release import Release
@@ -134,6 +140,12 @@ class VmSession:
             share=DdmShare(self._own_wants, self._known_hello, self._known_features),
             max_debuggers=s.max_debuggers,
             ddm_timeout=s.ddm_request,
+            speculate=(
+                s.speculate,
+                s.speculate_rtt,
+                s.speculate_max_inflight,
+                s.speculate_max_bytes,
+            ),
         )
         # The relay lane (the driver tries it per packet before ``handle``; the router's
         # functions themselves, bound once, as the lane pays for every call). Each decision
@@ -508,4 +520,11 @@ class VmSession:
             connected_at=self.connected_at,
             unsupported_reasons=tuple(sorted(m.unsupported.items())),
             debuggers=debuggers,
+            foresight=self._foresight(),
+        )
+
+    def _foresight(self) -> ForesightSnapshot:
+        f = self.router.foresight_statistics()
+        return ForesightSnapshot(
+            f.on, f.rtt, f.answered_cache, f.answered_speculation, f.speculated, f.wasted
         )

@@ -153,3 +153,20 @@ def test_internal_keys_are_never_shown():
     line = format_event(event)
     assert "8601" in line
     assert "local|com.example.mail" not in line
+
+
+def test_verbose_shows_what_foresight_answered_per_vm():
+    figures = {
+        "on": True,
+        "round_trip": 0.0231,
+        "answered_cache": 12,
+        "answered_speculation": 122,
+        "speculated": 170,
+        "wasted": 40,
+    }
+    listed = [vm("tcp:8000", "Prog", 10, ddm=False, foresight=figures), vm("adb:x", "a", 11)]
+    text = format_clients(listed, verbose=True)
+    assert "foresight (answered by ddmd):" in text
+    (line,) = [row for row in text.splitlines() if row.startswith("tcp:8000") and "ms" in row]
+    assert line.split() == ["tcp:8000", "on", "23.10", "ms", "12", "122", "170", "40"]
+    assert "foresight" not in format_clients(listed)  # only with -v

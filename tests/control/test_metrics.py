@@ -74,6 +74,9 @@ async def test_collector_reads_live_state():
                 "packets_to_debugger": 4,
                 "bytes_to_vm": 33,
                 "bytes_to_debugger": 44,
+                "answered_cache": 5,
+                "answered_speculation": 6,
+                "speculation_wasted": 7,
             },
             timeouts=1,
         )
@@ -105,6 +108,9 @@ async def test_collector_reads_live_state():
     assert value(samples, "ddmd_relayed_bytes_total", direction="to_debugger") == 44
     assert value(samples, "ddmd_ddm_request_timeouts_total") == 1
     assert value(samples, "ddmd_vm_reconnects_total") == 2
+    assert value(samples, "ddmd_foresight_answered_total", source="cache") == 5
+    assert value(samples, "ddmd_foresight_answered_total", source="speculation") == 6
+    assert value(samples, "ddmd_foresight_wasted_total") == 7
     assert value(samples, "ddmd_scan_probes_total") == 41
     assert value(samples, "ddmd_debuggers_dropped_slow_total") == 1
     assert value(samples, "ddmd_event_stream_subscribers") == 1

@@ -367,6 +367,7 @@
   const VM_FIELDS = [
     "id", "app", "package", "vm_ident", "description", "pid", "device", "source", "address",
     "ddm", "unsupported", "name", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
+    "foresight",
   ];
 
   function renderVms() {
@@ -427,7 +428,20 @@
       tr.appendChild(source);
       tr.appendChild(el("td", {}, ddmCell(vm)));
       tr.appendChild(el("td", { cls: "num mono", text: vm.debugger_port ?? "—" }));
-      tr.appendChild(el("td", { cls: vm.debugger ? "attached" : "muted", text: vm.debugger || "none" }));
+      const debuggerCell = el("td", { cls: vm.debugger ? "attached" : "muted", text: vm.debugger || "none" });
+      const fs = vm.foresight;
+      if (fs && fs.on) {
+        // Foresight ([debugger] speculate): what ddmd answered itself instead of the VM.
+        const answered = fs.answered_cache + fs.answered_speculation;
+        const trip = fs.round_trip == null ? "" : `, round trip ${(fs.round_trip * 1000).toFixed(1)} ms`;
+        debuggerCell.appendChild(el("div", {
+          cls: "muted small foresight",
+          text: `foresight: ${answered} answered locally${trip}`,
+          title: `from kept replies ${fs.answered_cache}, from speculation ${fs.answered_speculation}; `
+            + `asked ahead ${fs.speculated}, wasted ${fs.wasted}`,
+        }));
+      }
+      tr.appendChild(debuggerCell);
       tr.appendChild(el("td", {}, vm.waiting_for_debugger
         ? el("span", { cls: "badge waiting", text: "waiting" })
         : el("span", { cls: "muted", text: "no" })));
