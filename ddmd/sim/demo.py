@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from ddmd.errors import ConfigError
 from ddmd.protocol.adbrequests import request
 from ddmd.registry import VmRegistry
 from ddmd.sim.config import SimConfig
+from ddmd.sim.demodevice import JVM_APP, DemoDevice, DeviceInfo, pick_port
 from ddmd.sim.vm import SimVm
 
 MAIL = "com.example.mail"
@@ -46,6 +48,7 @@ HINTS_WAIT = 15.0
 #: Seconds for one exchange with the adb server (is one there? stop it).
 ADB_TIMEOUT = 2.0
 _UNNAMED = ("", "<pre-initialized>")
+JVM_PID = JVM_APP[1]
 
 DEMO_VMS = (
     # ART 9+ (flavor "art", the default)
@@ -124,9 +127,18 @@ async def _run(
         SimVm(replace(c, host=config.scan.host, port=p))
         for c, p in zip(DEMO_VMS, ports, strict=True)
     ]
+    adb = shutil.which(config.adb.path or "adb") if config.adb.enabled != "on" else None
     async with trio.open_nursery() as nursery:
         for sim in sims:
             await nursery.start(sim.run)
+        device: DeviceInfo | None = None
+        if adb is not None:
+            try:
+                device = await nursery.start(DemoDevice(adb, shutil.which("java")).run)
+            except (OSError, trio.TooSlowError) as exc:
+                click.echo(f"ddmd demo: no simulated Android device: {exc}", err=True)
+            else:
+                config = device_config(config, device)
 
         async def daemon_then_stop(
             task_status: trio.TaskStatus[daemon.Started] = trio.TASK_STATUS_IGNORED,
@@ -139,11 +151,10 @@ async def _run(
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
         ready.started(started)
-        adb = "" if config.adb.enabled != "off" else "; adb off (no device needed)"
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}{adb}; the commands to try follow once ddmd has "
-            "found them",
+            f"{', '.join(map(str, ports))}{_device_words(config, device)}; the commands to try "
+            "follow once ddmd has found them",
             err=True,
         )
         # The hints come last: after the daemon has found and named every VM (its log lines
@@ -153,8 +164,35 @@ async def _run(
         if started.control is not None:
             host, port = started.control
             web = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-        for line in hint_lines(config, started.current_port, web=web):
+        for line in hint_lines(config, started.current_port, web=web, device=device):
             click.echo(line, err=True)
+
+
+def device_config(config: Config, device: DeviceInfo) -> Config:
+    """The demo's config with its device: [adb] on, at the private server; the adb front on
+    a port of its own."""
+    front = config.front
+    if front.enabled:
+        front = replace(front, host="127.0.0.1", port=pick_port())
+    return replace(
+        config,
+        adb=replace(config.adb, enabled="on", host="127.0.0.1", port=device.adb_port),
+        front=front,
+    )
+
+
+def _device_words(config: Config, device: DeviceInfo | None) -> str:
+    if device is not None:
+        return (
+            f"; a simulated Android device {device.serial} with {len(device.apps)} apps, in a "
+            f"private adb server on port {device.adb_port}"
+        )
+    if config.adb.enabled == "off":
+        return (
+            "; no simulated Android device: it needs adb (Debian/Ubuntu: apt install adb; "
+            "or Android's platform-tools)"
+        )
+    return ""
 
 
 async def _until_named(registry: VmRegistry, ids: list[str], limit: float) -> None:
@@ -181,7 +219,13 @@ def _all_named(registry: VmRegistry, ids: list[str]) -> bool:
     return True
 
 
-def hint_lines(config: Config, current_port: int, *, web: str | None = None) -> list[str]:
+def hint_lines(
+    config: Config,
+    current_port: int,
+    *,
+    web: str | None = None,
+    device: DeviceInfo | None = None,
+) -> list[str]:
     """What to try next: one command per line, ready to paste into a shell; the web page's
     address (``web``) last.
 
@@ -205,8 +249,33 @@ def hint_lines(config: Config, current_port: int, *, web: str | None = None) -> 
         f"# port {current_port}: no current VM \u2014 'ddmd select TARGET', e.g.:",
         f"ddmd select {MAIL}{option}",
         f"jdb -attach localhost:{current_port}",
+        *device_hint_lines(config, device, option),
         last,
     ]
+
+
+def device_hint_lines(config: Config, device: DeviceInfo | None, option: str) -> list[str]:
+    """The simulated Android device's commands: adb through ddmd's front, the log of an app,
+    a crash on request, its event, and jdb on the device's JVM app through a front forward."""
+    if device is None or not config.front.enabled:
+        return []
+    front = config.front.port
+    app = device.apps[0]
+    lines = [
+        f"# The simulated Android device, through ddmd's adb front (port {front}):",
+        f"adb -P {front} devices",
+        f"ddmd logcat {app}{option}",
+        f"adb -P {front} shell demo crash {app}    # or native-crash, anr, restart",
+        f"ddmd events --type app.crashed{option}",
+    ]
+    if device.jvm_app is not None:
+        local = pick_port()
+        lines += [
+            f"# {device.jvm_app} is a real JVM: its pid is in 'adb -P {front} jdwp'",
+            f"adb -P {front} forward tcp:{local} jdwp:{JVM_PID}",
+            f"jdb -attach localhost:{local}    # then: stop in DemoCounter.tick",
+        ]
+    return lines
 
 
 # ------------------------------------------------------------------------------ adb server
