@@ -133,11 +133,15 @@ async def _run(
             await nursery.start(sim.run)
         device: DeviceInfo | None = None
         if adb is not None:
+            failure: BaseException | None = None
             try:
                 device = await nursery.start(DemoDevice(adb, shutil.which("java")).run)
-            except (OSError, trio.TooSlowError) as exc:
-                click.echo(f"ddmd demo: no simulated Android device: {exc}", err=True)
-            else:
+            except* (OSError, trio.TooSlowError) as group:
+                failure = _first_leaf(group)
+            if failure is not None:
+                said = str(failure) or "adb did not answer in time"
+                click.echo(f"ddmd demo: no simulated Android device: {said}", err=True)
+            if device is not None:
                 config = device_config(config, device)
 
         async def daemon_then_stop(
@@ -151,10 +155,11 @@ async def _run(
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
         ready.started(started)
+        words = _device_words(config, device, adb)
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}{_device_words(config, device)}; the commands to try "
-            "follow once ddmd has found them",
+            f"{', '.join(map(str, ports))}{words}; the commands to try follow once ddmd has "
+            "found them",
             err=True,
         )
         # The hints come last: after the daemon has found and named every VM (its log lines
@@ -166,6 +171,12 @@ async def _run(
             web = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
         for line in hint_lines(config, started.current_port, web=web, device=device):
             click.echo(line, err=True)
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def device_config(config: Config, device: DeviceInfo) -> Config:
@@ -181,13 +192,13 @@ def device_config(config: Config, device: DeviceInfo) -> Config:
     )
 
 
-def _device_words(config: Config, device: DeviceInfo | None) -> str:
+def _device_words(config: Config, device: DeviceInfo | None, adb: str | None) -> str:
     if device is not None:
         return (
             f"; a simulated Android device {device.serial} with {len(device.apps)} apps, in a "
             f"private adb server on port {device.adb_port}"
         )
-    if config.adb.enabled == "off":
+    if config.adb.enabled == "off" and adb is None:
         return (
             "; no simulated Android device: it needs adb (Debian/Ubuntu: apt install adb; "
             "or Android's platform-tools)"
