@@ -49,6 +49,8 @@ HINTS_WAIT = 15.0
 ADB_TIMEOUT = 2.0
 _UNNAMED = ("", "<pre-initialized>")
 JVM_PID = JVM_APP[1]
+#: What the demo's own VMs are (not workstation JVMs, not on a device).
+LOCAL_VMS = "simulated VMs on local ports: they have no device log"
 
 DEMO_VMS = (
     # ART 9+ (flavor "art", the default)
@@ -158,8 +160,8 @@ async def _run(
         words = _device_words(config, device, adb)
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}{words}; the commands to try follow once ddmd has "
-            "found them",
+            f"{', '.join(map(str, ports))} (no device log){words}; the commands to try follow "
+            "once ddmd has found them",
             err=True,
         )
         # The hints come last: after the daemon has found and named every VM (its log lines
@@ -273,6 +275,7 @@ def device_hint_lines(config: Config, device: DeviceInfo | None, option: str) ->
     front = config.front.port
     app = device.apps[0]
     lines = [
+        f"# The VMs above are {LOCAL_VMS}; the device's apps have one.",
         f"# The simulated Android device, through ddmd's adb front (port {front}):",
         f"adb -P {front} devices",
         f"ddmd logcat {app}{option}",
