@@ -14,11 +14,15 @@ named the three VMs (at most `HINTS_WAIT` seconds), the commands to try and the 
 address, last, so that they do not scroll away. The log stays at warning level unless ``-v``
 (``ddmd demo`` in ``cli.main``).
 
-adb: the demo needs no device. With ``[adb] enabled = "auto"`` (the default) it runs with adb
-off, so it never starts an adb server (ddmd's discovery, its logcat and its adb front would each
-start one when none answers, and an adb server outlives the program that started it). With
-``"on"`` adb is used, and an adb server that did not answer before the demo but answers when
-it ends was started by it: the demo stops it (``host:kill``, what ``adb kill-server`` sends).
+adb: the demo needs no device of the user's and never touches the user's adb server. When the
+``adb`` program is there (and ``[adb] enabled`` is not ``"on"``) it runs a simulated Android
+device (`ddmd.sim.demodevice`: a private adb server on a free port that adopts a `FakeDevice`
+with three debuggable apps) and its daemon with ``[adb]`` at that server and the adb front on
+a free port of its own (`device_config`); the hints then show the device's commands. Without
+adb (or when the device cannot start) adb is off, as with ``[adb] enabled = "auto"`` before,
+and the first line says how to get the device. With ``"on"`` the user's adb server is used,
+and one that did not answer before the demo but answers when it ends was started by it: the
+demo stops it (``host:kill``, what ``adb kill-server`` sends).
 """
 
 from __future__ import annotations
