@@ -15,14 +15,15 @@ address, last, so that they do not scroll away. The log stays at warning level u
 (``ddmd demo`` in ``cli.main``).
 
 adb: the demo needs no device of the user's and never touches the user's adb server. When the
-``adb`` program is there (and ``[adb] enabled`` is not ``"on"``) it runs a simulated Android
-device (`ddmd.sim.demodevice`: a private adb server on a free port that adopts a `FakeDevice`
-with three debuggable apps) and its daemon with ``[adb]`` at that server and the adb front on
-a free port of its own (`device_config`); the hints then show the device's commands. Without
-adb (or when the device cannot start) adb is off, as with ``[adb] enabled = "auto"`` before,
-and the first line says how to get the device. With ``"on"`` the user's adb server is used,
-and one that did not answer before the demo but answers when it ends was started by it: the
-demo stops it (``host:kill``, what ``adb kill-server`` sends).
+``adb`` program is there and ``[adb] enabled`` is ``"auto"`` (the default) it runs a simulated
+Android device (`ddmd.sim.demodevice`: a private adb server on a free port that adopts a
+`FakeDevice` with three debuggable apps) and its daemon with ``[adb]`` at that server and the
+adb front on a free port of its own (`device_config`); the hints then show the device's
+commands. Without adb (or when the device cannot start) adb is off, and the first line says
+how to get the device. With ``"off"`` the demo runs no adb at all. With ``"on"`` the user's
+adb server is used, with no simulated device, and one that did not answer before the demo
+but answers when it ends was started by it: the demo stops it (``host:kill``, what ``adb
+kill-server`` sends).
 """
 
 from __future__ import annotations
@@ -113,10 +114,13 @@ async def run_demo(
 ) -> None:
     """The demo until the daemon stops (SIGINT/SIGTERM, unless ``install_signal_handlers`` is
     false: then the caller stops it with the `daemon.Started` it is given, as `daemon.run`)."""
+    # The simulated device only with adb "auto" (the default): "off" means no adb at all.
+    wanted = config.adb.enabled == "auto"
+    adb = shutil.which(config.adb.path or "adb") if wanted else None
     config = demo_config(config)
     adb_was_up = await adb_server_answers(config) if _uses_local_adb(config) else None
     try:
-        await _run(config, install_signal_handlers, task_status)
+        await _run(config, install_signal_handlers, task_status, (wanted, adb))
     finally:
         if adb_was_up is False:
             with trio.CancelScope(shield=True):
@@ -127,13 +131,15 @@ async def _run(
     config: Config,
     install_signal_handlers: bool,
     ready: trio.TaskStatus[daemon.Started],
+    device_adb: tuple[bool, str | None],
 ) -> None:
+    """``device_adb``: whether the simulated device is wanted, and the adb program for it."""
+    wanted, adb = device_adb
     ports = free_scan_ports(config, len(DEMO_VMS))
     sims = [
         SimVm(replace(c, host=config.scan.host, port=p))
         for c, p in zip(DEMO_VMS, ports, strict=True)
     ]
-    adb = shutil.which(config.adb.path or "adb") if config.adb.enabled != "on" else None
     async with trio.open_nursery() as nursery:
         for sim in sims:
             await nursery.start(sim.run)
@@ -161,7 +167,7 @@ async def _run(
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
         ready.started(started)
-        words = _device_words(config, device, adb)
+        words = _device_words(device, wanted=wanted, adb=adb)
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
             f"{', '.join(map(str, ports))} (no device log){words}; the commands to try follow "
@@ -198,18 +204,21 @@ def device_config(config: Config, device: DeviceInfo) -> Config:
     )
 
 
-def _device_words(config: Config, device: DeviceInfo | None, adb: str | None) -> str:
+def _device_words(device: DeviceInfo | None, *, wanted: bool, adb: str | None) -> str:
+    """The first line's words about the simulated device (or why there is none)."""
     if device is not None:
         return (
             f"; a simulated Android device {device.serial} with {len(device.apps)} apps, in a "
             f"private adb server on port {device.adb_port}"
         )
-    if config.adb.enabled == "off" and adb is None:
+    if not wanted:
+        return ""
+    if adb is None:
         return (
             "; no simulated Android device: it needs adb (Debian/Ubuntu: apt install adb; "
             "or Android's platform-tools)"
         )
-    return ""
+    return ""  # adb is there but the device did not start: said already
 
 
 async def _until_named(registry: VmRegistry, ids: list[str], limit: float) -> None:
