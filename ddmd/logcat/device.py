@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -44,6 +46,8 @@ RETRY_FIRST = 0.5
 RETRY_MAX = 10.0
 #: Quiet this long after a crash's first lines: its block is over.
 CRASH_QUIET = 0.5
+#: Seconds: an entry stamped this much before its stream was opened is from the backlog.
+BACKLOG_SLACK = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,11 @@ class DeviceLogcat:
         # While a reopened stream repeats what came before: the instant it must pass.
         self._replaying: tuple[int, int] | None = None
         self._replay_keys: set[tuple[int, int, int, str]] = set()
+        # The backlog (crashes from the past are not news): what a stream sends first, stamped
+        # before it was opened (wall clock, less `BACKLOG_SLACK`), until it goes quiet or
+        # sends a newer entry. `_backlog_end`: the newest backlog entry's time, for good.
+        self._backlog_before: float | None = None
+        self._backlog_end: float | None = None
         self.stats = _Stats()
         self.streaming = False
 
@@ -157,6 +166,7 @@ class DeviceLogcat:
                 continue
             self.stats.opens += 1
             self.streaming = True
+            self._backlog_before = time.time() - BACKLOG_SLACK
             try:
                 how = await self._follow(stream)
             finally:
@@ -214,6 +224,7 @@ class DeviceLogcat:
                     )
                     return "broken"
                 self._crashed(self._crashes.flush())
+                self._backlog_before = None  # the backlog is over: what comes now is live
                 continue
             decoder.receive_data(data)
             try:
@@ -237,6 +248,7 @@ class DeviceLogcat:
         for entry in entries:
             if not self._is_new(entry):
                 continue
+            self._note_backlog(entry)
             app, seen = self._apps.observe(entry)
             items += self._restarts(seen, entry)
             mark, app, ended = self._crashes.observe(entry, app)
@@ -266,6 +278,16 @@ class DeviceLogcat:
             self._last_keys.add(key)
         return True
 
+    def _note_backlog(self, entry: LogEntry) -> None:
+        before = self._backlog_before
+        if before is None:
+            return
+        stamp = entry.sec + entry.nsec / 1e9
+        if stamp >= before:
+            self._backlog_before = None  # a live entry: the backlog is over
+        elif self._backlog_end is None or stamp > self._backlog_end:
+            self._backlog_end = stamp
+
     def _restarts(self, seen: list[Seen], entry: LogEntry) -> list[Item]:
         time = entry.sec + entry.nsec / 1e9
         return [
@@ -281,6 +303,11 @@ class DeviceLogcat:
                 "kind": crash.kind,
                 "lines": list(crash.lines),
             }
+            if self._backlog_end is not None and crash.time <= self._backlog_end:
+                # From the device's log backlog: shown in logcat with its own time, not news.
+                happened = datetime.fromtimestamp(crash.time, UTC).isoformat()
+                log.info(Event.APP_CRASHED, backlog=True, happened=happened, **fields)
+                continue
             log.warning(Event.APP_CRASHED, **fields)
             self._publish(Event.APP_CRASHED, fields)
 

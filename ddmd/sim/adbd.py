@@ -47,7 +47,7 @@ import argparse
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Final
 
@@ -192,6 +192,8 @@ class FakeDevice:
         self._changed = trio.Event()
         self._relays: dict[int, set[_Stream]] = {}
         self._port: int | None = None
+        #: Extra shell commands: first word -> the words after it -> what the shell prints.
+        self.shell_commands: dict[str, Callable[[list[str]], bytes]] = {}
         self._log = _DeviceLog(self._stats, log_ring_bytes, log_follower_bytes)
         self._log.set(logcat)
         for pid, (host, port) in (pids or {}).items():
@@ -374,6 +376,13 @@ class FakeDevice:
         return  # accepted; the stream closes now ("Accept then drop!")
 
     async def _serve_shell(self, stream: _Stream, *, command: str) -> None:
+        words = _words(command)
+        extra = self.shell_commands.get(words[0]) if words else None
+        if extra is not None:
+            out = extra(words[1:])
+            if out:
+                await stream.write(out)
+            return
         out = shell_output(command, self.properties, self.pids, self.process_names)
         if out:
             await stream.write(out)

@@ -14,17 +14,23 @@ named the three VMs (at most `HINTS_WAIT` seconds), the commands to try and the 
 address, last, so that they do not scroll away. The log stays at warning level unless ``-v``
 (``ddmd demo`` in ``cli.main``).
 
-adb: the demo needs no device. With ``[adb] enabled = "auto"`` (the default) it runs with adb
-off, so it never starts an adb server (ddmd's discovery, its logcat and its adb front would each
-start one when none answers, and an adb server outlives the program that started it). With
-``"on"`` adb is used, and an adb server that did not answer before the demo but answers when
-it ends was started by it: the demo stops it (``host:kill``, what ``adb kill-server`` sends).
+adb: the demo needs no device of the user's and never touches the user's adb server. When the
+``adb`` program is there and ``[adb] enabled`` is ``"auto"`` (the default) it runs a simulated
+Android device (`ddmd.sim.demodevice`: a private adb server on a free port that adopts a
+`FakeDevice` with three debuggable apps) and its daemon with ``[adb]`` at that server and the
+adb front on a free port of its own (`device_config`); the hints then show the device's
+commands. Without adb (or when the device cannot start) adb is off, and the first line says
+how to get the device. With ``"off"`` the demo runs no adb at all. With ``"on"`` the user's
+adb server is used, with no simulated device, and one that did not answer before the demo
+but answers when it ends was started by it: the demo stops it (``host:kill``, what ``adb
+kill-server`` sends).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +44,7 @@ from ddmd.errors import ConfigError
 from ddmd.protocol.adbrequests import request
 from ddmd.registry import VmRegistry
 from ddmd.sim.config import SimConfig
+from ddmd.sim.demodevice import JVM_APP, DemoDevice, DeviceInfo, pick_port
 from ddmd.sim.vm import SimVm
 
 MAIL = "com.example.mail"
@@ -46,6 +53,9 @@ HINTS_WAIT = 15.0
 #: Seconds for one exchange with the adb server (is one there? stop it).
 ADB_TIMEOUT = 2.0
 _UNNAMED = ("", "<pre-initialized>")
+JVM_PID = JVM_APP[1]
+#: What the demo's own VMs are (not workstation JVMs, not on a device).
+LOCAL_VMS = "simulated VMs on local ports: they have no device log"
 
 DEMO_VMS = (
     # ART 9+ (flavor "art", the default)
@@ -104,10 +114,13 @@ async def run_demo(
 ) -> None:
     """The demo until the daemon stops (SIGINT/SIGTERM, unless ``install_signal_handlers`` is
     false: then the caller stops it with the `daemon.Started` it is given, as `daemon.run`)."""
+    # The simulated device only with adb "auto" (the default): "off" means no adb at all.
+    wanted = config.adb.enabled == "auto"
+    adb = shutil.which(config.adb.path or "adb") if wanted else None
     config = demo_config(config)
     adb_was_up = await adb_server_answers(config) if _uses_local_adb(config) else None
     try:
-        await _run(config, install_signal_handlers, task_status)
+        await _run(config, install_signal_handlers, task_status, (wanted, adb))
     finally:
         if adb_was_up is False:
             with trio.CancelScope(shield=True):
@@ -118,7 +131,10 @@ async def _run(
     config: Config,
     install_signal_handlers: bool,
     ready: trio.TaskStatus[daemon.Started],
+    device_adb: tuple[bool, str | None],
 ) -> None:
+    """``device_adb``: whether the simulated device is wanted, and the adb program for it."""
+    wanted, adb = device_adb
     ports = free_scan_ports(config, len(DEMO_VMS))
     sims = [
         SimVm(replace(c, host=config.scan.host, port=p))
@@ -127,6 +143,18 @@ async def _run(
     async with trio.open_nursery() as nursery:
         for sim in sims:
             await nursery.start(sim.run)
+        device: DeviceInfo | None = None
+        if adb is not None:
+            failure: BaseException | None = None
+            try:
+                device = await nursery.start(DemoDevice(adb, shutil.which("java")).run)
+            except* (OSError, trio.TooSlowError) as group:
+                failure = _first_leaf(group)
+            if failure is not None:
+                said = str(failure) or "adb did not answer in time"
+                click.echo(f"ddmd demo: no simulated Android device: {said}", err=True)
+            if device is not None:
+                config = device_config(config, device)
 
         async def daemon_then_stop(
             task_status: trio.TaskStatus[daemon.Started] = trio.TASK_STATUS_IGNORED,
@@ -139,11 +167,11 @@ async def _run(
 
         started: daemon.Started = await nursery.start(daemon_then_stop)
         ready.started(started)
-        adb = "" if config.adb.enabled != "off" else "; adb off (no device needed)"
+        words = _device_words(device, wanted=wanted, adb=adb)
         click.echo(
             f"ddmd demo: {len(sims)} simulated VMs on {config.scan.host} ports "
-            f"{', '.join(map(str, ports))}{adb}; the commands to try follow once ddmd has "
-            "found them",
+            f"{', '.join(map(str, ports))} (no device log){words}; the commands to try follow "
+            "once ddmd has found them",
             err=True,
         )
         # The hints come last: after the daemon has found and named every VM (its log lines
@@ -153,8 +181,44 @@ async def _run(
         if started.control is not None:
             host, port = started.control
             web = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-        for line in hint_lines(config, started.current_port, web=web):
+        for line in hint_lines(config, started.current_port, web=web, device=device):
             click.echo(line, err=True)
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def device_config(config: Config, device: DeviceInfo) -> Config:
+    """The demo's config with its device: [adb] on, at the private server; the adb front on
+    a port of its own."""
+    front = config.front
+    if front.enabled:
+        front = replace(front, host="127.0.0.1", port=pick_port())
+    return replace(
+        config,
+        adb=replace(config.adb, enabled="on", host="127.0.0.1", port=device.adb_port),
+        front=front,
+    )
+
+
+def _device_words(device: DeviceInfo | None, *, wanted: bool, adb: str | None) -> str:
+    """The first line's words about the simulated device (or why there is none)."""
+    if device is not None:
+        return (
+            f"; a simulated Android device {device.serial} with {len(device.apps)} apps, in a "
+            f"private adb server on port {device.adb_port}"
+        )
+    if not wanted:
+        return ""
+    if adb is None:
+        return (
+            "; no simulated Android device: it needs adb (Debian/Ubuntu: apt install adb; "
+            "or Android's platform-tools)"
+        )
+    return ""  # adb is there but the device did not start: said already
 
 
 async def _until_named(registry: VmRegistry, ids: list[str], limit: float) -> None:
@@ -181,7 +245,13 @@ def _all_named(registry: VmRegistry, ids: list[str]) -> bool:
     return True
 
 
-def hint_lines(config: Config, current_port: int, *, web: str | None = None) -> list[str]:
+def hint_lines(
+    config: Config,
+    current_port: int,
+    *,
+    web: str | None = None,
+    device: DeviceInfo | None = None,
+) -> list[str]:
     """What to try next: one command per line, ready to paste into a shell; the web page's
     address (``web``) last.
 
@@ -205,8 +275,34 @@ def hint_lines(config: Config, current_port: int, *, web: str | None = None) -> 
         f"# port {current_port}: no current VM \u2014 'ddmd select TARGET', e.g.:",
         f"ddmd select {MAIL}{option}",
         f"jdb -attach localhost:{current_port}",
+        *device_hint_lines(config, device, option),
         last,
     ]
+
+
+def device_hint_lines(config: Config, device: DeviceInfo | None, option: str) -> list[str]:
+    """The simulated Android device's commands: adb through ddmd's front, the log of an app,
+    a crash on request, its event, and jdb on the device's JVM app through a front forward."""
+    if device is None or not config.front.enabled:
+        return []
+    front = config.front.port
+    app = device.apps[0]
+    lines = [
+        f"# The VMs above are {LOCAL_VMS}; the device's apps have one.",
+        f"# The simulated Android device, through ddmd's adb front (port {front}):",
+        f"adb -P {front} devices",
+        f"ddmd logcat {app}{option}",
+        f"adb -P {front} shell demo crash {app}    # or native-crash, anr, restart",
+        f"ddmd events --type app.crashed{option}",
+    ]
+    if device.jvm_app is not None:
+        local = pick_port()
+        lines += [
+            f"# {device.jvm_app} is a real JVM: its pid is in 'adb -P {front} jdwp'",
+            f"adb -P {front} forward tcp:{local} jdwp:{JVM_PID}",
+            f"jdb -attach localhost:{local}    # then: stop in DemoCounter.tick",
+        ]
+    return lines
 
 
 # ------------------------------------------------------------------------------ adb server

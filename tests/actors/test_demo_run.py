@@ -82,7 +82,7 @@ class Demo:
 
 def _own_ports(avoid: list[int]) -> list[int]:
     while True:
-        ports = free_port_range(8)
+        ports = free_port_range(12)  # 9 debugger ports: 3 VMs and the device's 3 apps
         if ports[-1] < avoid[0] or ports[0] > avoid[-1]:
             return ports
 
@@ -193,9 +193,10 @@ def test_verbose_shows_the_log_and_still_prints_the_hints_after_the_vms_are_name
 # ------------------------------------------------------------------------------ adb
 
 
-def test_with_adb_auto_the_demo_runs_no_adb_at_all(tmp_path):
-    """The demo needs no device: with the default [adb] enabled = "auto" it never runs the adb
-    program (which would start a server that outlives the demo)."""
+def test_with_adb_auto_the_demo_runs_adb_only_for_its_own_private_server(tmp_path):
+    """The demo needs no device of the user's: with the default [adb] enabled = "auto" it runs
+    the adb program only for the simulated device's private server (``-P PORT``, never 5037).
+    An adb that fails leaves the demo as it was without adb: no device, adb off."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "adb-calls"
@@ -206,8 +207,13 @@ def test_with_adb_auto_the_demo_runs_no_adb_at_all(tmp_path):
     with demo(tmp_path, "-v", "--log-format", "json", path=path) as running:
         running.wait_for(HINTS_END, STARTUP)
         shown = running.snapshot()
-    assert not calls.exists(), calls.read_text()
-    assert "adb off (no device needed)" in "\n".join(shown)
+    for call in calls.read_text().splitlines():
+        words = call.split()
+        assert words[0] == "-P", call
+        assert words[1] != "5037", call
+    text = "\n".join(shown)
+    assert "ddmd demo: no simulated Android device: adb -P " in text
+    assert "adb off (no device needed)" not in text
     started = json_lines(shown)
     assert not [e for e in started if str(e["event"]).startswith(("adb.", "front."))]
     assert next(e for e in started if e["event"] == "daemon.started")["adb"] == "off"
