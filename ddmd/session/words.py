@@ -90,6 +90,6 @@ def silence_reason(feature: str, seconds: float) -> str:
 def no_logcat_sentence(name: str) -> str:
     """Why a VM has no logcat: it is not on an Android device."""
     return (
-        f"{name} is a workstation JVM: it has no logcat (only Android devices and emulators "
-        "keep a log ddmd can read)"
+        f"{name} runs on a local port, not on an Android device: it has no device log "
+        "(only Android devices and emulators keep a log ddmd can read)"
     )

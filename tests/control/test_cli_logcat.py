@@ -30,8 +30,8 @@ from .fakes import FakeVm, make_registry
 SERIAL = "emulator-5554"
 MAIL = "com.example.mail"
 WORKSTATION_SENTENCE = (
-    "JVM pid 4242 is a workstation JVM: it has no logcat (only Android devices and emulators "
-    "keep a log ddmd can read)"
+    "JVM pid 4242 runs on a local port, not on an Android device: it has no device log "
+    "(only Android devices and emulators keep a log ddmd can read)"
 )
 
 

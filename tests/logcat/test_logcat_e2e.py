@@ -182,4 +182,4 @@ async def test_a_workstation_jvm_has_no_logcat(tmp_path):
             await wait_ready(h, port)
             result = await h.cli("logcat", f"tcp:{port}", "-d")
             assert result.exit_code == 1
-            assert "workstation JVM: it has no logcat" in result.output
+            assert "not on an Android device: it has no device log" in result.output

@@ -35,8 +35,8 @@ NAMELESS_PID = 5000
 NAMELESS_VM = f"{SERIAL}/{NAMELESS_PID}"
 NAMELESS = f"pid {NAMELESS_PID} has not said its name yet: add all=1 for the whole device's log"
 WORKSTATION = (
-    f"{JVM_NAME} is a workstation JVM: it has no logcat (only Android devices and emulators "
-    "keep a log ddmd can read)"
+    f"{JVM_NAME} runs on a local port, not on an Android device: it has no device log "
+    "(only Android devices and emulators keep a log ddmd can read)"
 )
 
 

@@ -1299,8 +1299,8 @@
 
   // The daemon says why in the VM's "logcat" field; these words are only for an older daemon.
   function workstationSentence(vm) {
-    return `${vmName(vm)} is a workstation JVM: it has no logcat (only Android devices and ` +
-      "emulators keep a log ddmd can read)";
+    return `${vmName(vm)} runs on a local port, not on an Android device: it has no device ` +
+      "log (only Android devices and emulators keep a log ddmd can read)";
   }
 
   function logcatCloseVm() {
