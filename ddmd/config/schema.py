@@ -113,7 +113,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "current_port": 8700,
                 "auto_select_waiting": True,
                 "state_file": "",
-                "queue_packets": 1024,
+                "queue_packets": 16384,
+                "queue_bytes": 16 * 1024 * 1024,
+                "pause_limit": 10.0,
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
                 "max_per_vm": 4,
@@ -323,6 +325,10 @@ class DebuggerConfig:
     max_per_vm: int = 4  # debuggers attached to one VM at once (1: one debugger per VM)
     relay_threads: bool = True  # a VM with debuggers is relayed by a thread (drive/threadlane.py)
     relay_spin_us: int = 60  # how long that thread polls for a reply before it sleeps (0: never)
+    # A debugger that stops reading keeps its session while it has not read for at most
+    # `pause_limit` seconds and at most `queue_bytes` (and `queue_packets`) wait for it.
+    queue_bytes: int = 16 * 1024 * 1024
+    pause_limit: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +505,8 @@ SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
                 "current_port": rule("port"),
                 "auto_select_waiting": rule("boolean"),
                 "queue_packets": rule("integer", minimum=1),
+                "queue_bytes": rule("integer", minimum=65536),
+                "pause_limit": rule("seconds"),
                 "relay_chunk_bytes": rule("integer", minimum=4096),
                 "forget_after_days": rule("integer", minimum=1),
                 "max_per_vm": rule("integer", minimum=1, maximum=64),
