@@ -60,13 +60,16 @@ sys.stdin.read()
 
 def adb_devices(adb: AdbServer, front: int) -> float:
     start = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         ["adb", "-P", str(front), "devices"],
         env=adb.env,
-        check=True,
+        check=False,
         capture_output=True,
         timeout=120,
+        text=True,
     )
+    if done.returncode:
+        raise SystemExit(f"accept_flood: adb devices failed: {done.stdout}{done.stderr}")
     return time.perf_counter() - start
 
 
