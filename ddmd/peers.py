@@ -21,16 +21,19 @@ cannot be read at all). A local peer whose row is missing or has no owner (it cl
 already: the kernel then shows uid 0, which must never pass for root) is refused: a live local
 peer always has its row, so only a peer that is gone or hiding lands there.
 
-A refused connection is closed at once. It is logged once per (uid, port) as
-``security.peer_refused`` (uid, user, port, port_kind, reason) and counted per kind of port for
+A refused connection is closed at once. It is logged as ``security.peer_refused`` (uid, user,
+port, port_kind, reason, count) at most once per (uid, port) every `REFUSED_LOG_INTERVAL`
+seconds (``count``: the refusals since the previous line) and counted per kind of port for
 ``ddmd_peers_refused_total``.
 
-Reading the socket tables is blocking file I/O whose cost grows with the number of sockets on
-the machine (sub-millisecond on a workstation, tens of milliseconds with tens of thousands of
-sockets), and the user-name lookup may ask a network directory: both run in a worker thread,
-under `LOOKUP_TIMEOUT`. A lookup that overruns it refuses the peer (an attacker must not get in
-by making the lookup slow). Accepts are rare (a debugger attaching, an HTTP connection), so a
-thread hop per accept costs nothing that matters, while the relay of every other VM keeps going.
+The owner of one connection is asked of the kernel over netlink (`sockdiag.connection_owner`:
+one socket by its four ends, microseconds); only where netlink cannot answer are the socket
+tables read (blocking file I/O whose cost grows with the number of sockets on the machine:
+milliseconds). The lookup, and the user-name lookup (which may ask a network directory), run in
+a worker thread under `LOOKUP_TIMEOUT`; one that overruns it refuses the peer (an attacker must
+not get in by making the lookup slow). Connections are checked concurrently and apart from the
+accept loop (`GuardedListener.serve`), so a flood of connections, idle or refused, never makes
+the next client wait for the flood's checks.
 
 Why a wrapped listener: the check must run between accept() and the first read. For the JDWP
 ports that is ddmd's own accept loop; the control API is served by hypercorn, which has no
@@ -48,7 +51,7 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Final, Literal
@@ -57,12 +60,13 @@ import structlog
 import trio
 
 from ddmd.config import SecurityConfig
-from ddmd.host import localproc
+from ddmd.host import localproc, sockdiag
 from ddmd.host.localproc import PeerOwner
 from ddmd.logs import Event
 
 __all__ = [
     "LOOKUP_TIMEOUT",
+    "MAX_PENDING",
     "PORT_KINDS",
     "GuardedListener",
     "PeerGuard",
@@ -70,6 +74,7 @@ __all__ = [
     "PortKind",
     "Verdict",
     "check_peer",
+    "find_owner",
     "is_local_peer",
     "user_name",
     "warn_if_unchecked",
@@ -89,8 +94,37 @@ PORT_KINDS: Final[tuple[PortKind, ...]] = (
 
 #: Seconds for one owner lookup (socket tables + user name) before the peer is refused.
 LOOKUP_TIMEOUT: Final = 2.0
-#: Owner lookups at once (each reads the socket tables).
-LOOKUP_THREADS: Final = 2
+#: Owner lookups at once (each a sock_diag question, or a read of the tables without netlink).
+LOOKUP_THREADS: Final = 4
+#: Accepted connections per listener waiting for (or in) their check; past it the newest is
+#: closed unchecked, so a flood never grows memory nor holds up the accept loop.
+MAX_PENDING: Final = 256
+#: Seconds between two ``security.peer_refused`` lines for the same uid and port (the later
+#: one carries the count of refusals since the previous line).
+REFUSED_LOG_INTERVAL: Final = 10.0
+
+#: The socket tables' answer for one connection: (ours, peer, proc_root) -> owner.
+TableLookup = Callable[[tuple[str, int], tuple[str, int], str], PeerOwner]
+
+
+def _read_tables(ours: tuple[str, int], peer: tuple[str, int], proc_root: str) -> PeerOwner:
+    return localproc.peer_owner(ours, peer, proc_root=proc_root)
+
+
+def find_owner(
+    ours: tuple[str, int],
+    peer: tuple[str, int],
+    proc_root: str = "/proc",
+    tables: TableLookup = _read_tables,
+) -> PeerOwner:
+    """The owner of the far end of one of our TCP connections: asked of the kernel for that one
+    socket (sock_diag), or read from the socket tables where netlink cannot answer (or a test
+    gave another ``proc_root``). Blocking: run it in a worker thread."""
+    if proc_root == "/proc":
+        owner = sockdiag.connection_owner(peer, ours)
+        if owner is not None:
+            return owner
+    return tables(ours, peer, proc_root)
 
 
 def user_name(uid: int | None) -> str | None:
@@ -157,7 +191,7 @@ class PeerPolicy:
             return Verdict(False, None, "it closed its end before its owner could be checked")
         return Verdict(False, None, "its socket is not in the socket tables (gone)")
 
-    def judge(self, facts: _Facts, proc_root: str) -> Verdict:
+    def judge(self, facts: _Facts, proc_root: str, tables: TableLookup = _read_tables) -> Verdict:
         """Blocking (socket tables, user database): run in a worker thread."""
         if facts.family == socket.AF_UNIX:
             if facts.peer_uid is None:
@@ -173,7 +207,7 @@ class PeerPolicy:
                     False, facts.peer_uid, "its user is not allowed ([security] allowed_uids)"
                 )
         elif facts.ours is not None and facts.peer is not None:
-            owner = localproc.peer_owner(facts.ours, facts.peer, proc_root=proc_root)
+            owner = find_owner(facts.ours, facts.peer, proc_root, tables)
             local = is_local_peer(facts.peer[0], facts.ours[0])
             verdict = self.judge_owner(owner, local_peer=local)
         else:
@@ -236,43 +270,65 @@ class PeerGuard:
         *,
         proc_root: str = "/proc",
         lookup_timeout: float = LOOKUP_TIMEOUT,
+        tables: TableLookup = _read_tables,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.policy = policy
+        self.max_pending = max_pending
         self._proc_root = proc_root
         self._timeout = lookup_timeout
+        self._tables = tables
         self._limiter = trio.CapacityLimiter(LOOKUP_THREADS)
         self._refused: dict[str, int] = dict.fromkeys(PORT_KINDS, 0)
-        self._logged: set[tuple[int | None, str | int]] = set()
+        # (uid, port) -> (when its last line was logged, refusals since then not logged)
+        self._logged: dict[tuple[int | None, str | int], tuple[float, int]] = {}
 
     def refused_counts(self) -> Mapping[str, int]:
         """Refused connections so far, per kind of port (for /metrics)."""
         return dict(self._refused)
 
     async def admit(self, stream: trio.SocketStream, kind: PortKind) -> bool:
-        """True when the peer of `stream` may stay; a refusal is counted and logged (once per
-        uid and port). Never raises but Cancelled: a check that fails refuses."""
+        """True when the peer of `stream` may stay; a refusal is counted and logged (at most one
+        line per uid and port every `REFUSED_LOG_INTERVAL`). Never raises but Cancelled: a
+        check that fails refuses."""
         verdict, where = await check_peer(
             self.policy,
             stream,
             proc_root=self._proc_root,
             limiter=self._limiter,
             lookup_timeout=self._timeout,
+            tables=self._tables,
         )
         if verdict.allowed:
             return True
+        self.refuse(verdict, where, kind)
+        return False
+
+    def refuse(self, verdict: Verdict, where: str | int, kind: PortKind) -> None:
+        """Count one refused connection and log it, rate-limited: the first refusal of a uid
+        at a port is logged at once, the following ones in one line (``count``) at most every
+        `REFUSED_LOG_INTERVAL` seconds, so a flood of refused connections costs a line, not a
+        thousand."""
         self._refused[kind] = self._refused.get(kind, 0) + 1
         key = (verdict.uid, where)
-        if key not in self._logged:
-            self._logged.add(key)
-            log.warning(
-                Event.SECURITY_PEER_REFUSED,
-                uid=verdict.uid,
-                user=verdict.user,
-                port=where,
-                port_kind=kind,
-                reason=verdict.reason,
-            )
-        return False
+        now = trio.current_time()
+        last = self._logged.get(key)
+        if last is not None and now - last[0] < REFUSED_LOG_INTERVAL:
+            self._logged[key] = (last[0], last[1] + 1)
+            return
+        count = 1 if last is None else last[1] + 1
+        self._logged[key] = (now, 0)
+        if len(self._logged) > 4096:  # many ports and uids over a long run: forget the oldest
+            del self._logged[next(iter(self._logged))]
+        log.warning(
+            Event.SECURITY_PEER_REFUSED,
+            uid=verdict.uid,
+            user=verdict.user,
+            port=where,
+            port_kind=kind,
+            reason=verdict.reason,
+            count=count,
+        )
 
 
 async def check_peer(
@@ -282,6 +338,7 @@ async def check_peer(
     proc_root: str = "/proc",
     limiter: trio.CapacityLimiter | None = None,
     lookup_timeout: float = LOOKUP_TIMEOUT,
+    tables: TableLookup = _read_tables,
 ) -> tuple[Verdict, str | int]:
     """The verdict on the far end of `stream` (a connection we accepted, or one we opened:
     the scan checks a VM's owner the same way), and our port (or socket path) for the log.
@@ -294,7 +351,7 @@ async def check_peer(
     try:
         with trio.move_on_after(lookup_timeout):
             verdict = await trio.to_thread.run_sync(
-                partial(policy.judge, facts, proc_root),
+                partial(policy.judge, facts, proc_root, tables),
                 abandon_on_cancel=True,
                 limiter=limiter,
             )
@@ -304,17 +361,31 @@ async def check_peer(
 
 
 class GuardedListener(trio.abc.Listener[trio.SocketStream]):
-    """A `trio.SocketListener` whose accept() returns only connections the guard admits; the
-    others are closed before anything is read from them or written to them."""
+    """A `trio.SocketListener` whose connections are handed on only when the guard admits
+    them; the others are closed before anything is read from them or written to them.
+
+    `serve` admits connections concurrently: the accept loop never waits for a check, at most
+    `PeerGuard.max_pending` accepted connections wait for theirs (past that the newest is
+    closed unchecked and counted as refused), the checks run a few at a time, and each is
+    bounded by the lookup timeout. So a thousand idle or refused connections cost the next
+    client nothing but its own check. `accept` (the `trio.abc.Listener` interface) checks one
+    connection at a time; ddmd's own loops use `serve`.
+    """
 
     def __init__(self, inner: trio.SocketListener, guard: PeerGuard, kind: PortKind) -> None:
         self._inner = inner
         self._guard = guard
         self._kind: PortKind = kind
+        self._pending = 0
 
     @property
     def socket(self) -> trio.socket.SocketType:
         return self._inner.socket
+
+    @property
+    def pending(self) -> int:
+        """Accepted connections waiting for (or in) their check."""
+        return self._pending
 
     async def accept(self) -> trio.SocketStream:
         while True:
@@ -328,8 +399,51 @@ class GuardedListener(trio.abc.Listener[trio.SocketStream]):
                 return stream
             _close_now(stream)
 
+    async def serve(self, deliver: Callable[[trio.SocketStream], None]) -> None:
+        """Accept until cancelled, handing each admitted connection to ``deliver`` (which must
+        not block). An accept that fails (out of file descriptors) is logged and retried a
+        moment later."""
+        async with trio.open_nursery() as checks:
+            while True:
+                try:
+                    stream = await self._inner.accept()
+                except OSError as exc:
+                    log.warning(Event.LISTENER_ACCEPT_FAILED, error=str(exc))
+                    await trio.sleep(0.1)
+                    continue
+                if self._pending >= self._guard.max_pending:
+                    where = _port_of(stream)
+                    _close_now(stream)
+                    reason = f"{self._pending} connections were already waiting for their check"
+                    self._guard.refuse(Verdict(False, None, reason), where, self._kind)
+                    continue
+                self._pending += 1
+                checks.start_soon(self._check, stream, deliver)
+
+    async def _check(
+        self, stream: trio.SocketStream, deliver: Callable[[trio.SocketStream], None]
+    ) -> None:
+        try:
+            admitted = await self._guard.admit(stream, self._kind)
+        except BaseException:
+            _close_now(stream)
+            raise
+        finally:
+            self._pending -= 1
+        if admitted:
+            deliver(stream)
+        else:
+            _close_now(stream)
+
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _port_of(stream: trio.SocketStream) -> str | int:
+    try:
+        return int(stream.socket.getsockname()[1])
+    except (OSError, IndexError, TypeError, ValueError):
+        return "?"
 
 
 def _close_now(stream: trio.SocketStream) -> None:

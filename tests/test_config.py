@@ -72,7 +72,8 @@ def test_defaults():
     assert c.debugger.current_port == 8700
     assert c.debugger.auto_select_waiting is True
     assert c.debugger.state_file == Path("/home/user/.local/state/ddmd/ports.json")
-    assert c.debugger.queue_packets == 1024
+    assert c.debugger.queue_packets == 16384
+    assert (c.debugger.queue_bytes, c.debugger.pause_limit) == (16 * 1024 * 1024, 10.0)
     assert c.debugger.relay_chunk_bytes == 1024 * 1024
     assert c.debugger.max_per_vm == 4
     assert c.debugger.relay_threads is True

@@ -255,7 +255,7 @@ async def test_a_slow_lookup_refuses(tmp_path, clients) -> None:
 
 
 class BrokenPolicy(PeerPolicy):
-    def judge(self, facts: Any, proc_root: str) -> Verdict:
+    def judge(self, facts: Any, proc_root: str, tables: Any = None) -> Verdict:
         raise RuntimeError("boom")
 
 

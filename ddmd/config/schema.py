@@ -114,7 +114,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "current_port": 8700,
                 "auto_select_waiting": True,
                 "state_file": "",
-                "queue_packets": 1024,
+                "queue_packets": 16384,
+                "queue_bytes": 16 * 1024 * 1024,
+                "pause_limit": 10.0,
                 "relay_chunk_bytes": 1024 * 1024,
                 "forget_after_days": 30,
                 "max_per_vm": 4,
@@ -332,6 +334,10 @@ class DebuggerConfig:
     speculate_rtt_ms: int = 2  # "auto" turns it on for a VM whose round trip is longer
     speculate_max_inflight: int = 64  # ddmd's own commands in flight per stop, at most
     speculate_max_bytes: int = 4 * 1024 * 1024  # replies held per VM, at most
+    # A debugger that stops reading keeps its session while it has not read for at most
+    # `pause_limit` seconds and at most `queue_bytes` (and `queue_packets`) wait for it.
+    queue_bytes: int = 16 * 1024 * 1024
+    pause_limit: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +514,8 @@ SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
                 "current_port": rule("port"),
                 "auto_select_waiting": rule("boolean"),
                 "queue_packets": rule("integer", minimum=1),
+                "queue_bytes": rule("integer", minimum=65536),
+                "pause_limit": rule("seconds"),
                 "relay_chunk_bytes": rule("integer", minimum=4096),
                 "forget_after_days": rule("integer", minimum=1),
                 "max_per_vm": rule("integer", minimum=1, maximum=64),

@@ -279,6 +279,15 @@ async def serve_control(
             _remove_socket(unix, unix_inode)
 
 
+def _starter(
+    nursery: trio.Nursery, handle: Callable[[trio.SocketStream], Awaitable[None]]
+) -> Callable[[trio.SocketStream], None]:
+    def start(stream: trio.SocketStream) -> None:
+        nursery.start_soon(handle, stream)
+
+    return start
+
+
 async def _serve(
     app: ASGIApp,
     listeners: Sequence[trio.abc.Listener[trio.SocketStream]],
@@ -319,6 +328,10 @@ async def _serve(
                     if shutdown_trigger is not None:
                         accepting.start_soon(_cancel_when, shutdown_trigger, accepting.cancel_scope)
                     for listener in listeners:
+                        if isinstance(listener, GuardedListener):
+                            # Checked concurrently, never one accept at a time (peers.py).
+                            accepting.start_soon(listener.serve, _starter(handlers, handle))
+                            continue
                         accepting.start_soon(
                             partial(
                                 trio.serve_listeners, handle, [listener], handler_nursery=handlers

@@ -6,15 +6,23 @@ Whoever adds bytes to an idle outbox writes them itself, at once: a VM packet go
 reader straight to the debugger's socket and a debugger's command from its reader straight to
 the VM's, with no task hop and no cancel scope, the way a byte relay does. If another task is
 writing already, the bytes queue and that task writes them too, so the order the session chose
-is kept. A debugger that stops reading is detected by the driver's watchdog (a write older
-than its limit: the stream is closed, the write fails) or by the queue's budget, and is dropped
-as a slow consumer; the VM reader is never held longer than that limit.
+is kept.
+
+A debugger's outbox has a writer of its own (``writer``): when its socket does not take a
+packet at once (the debugger stopped reading: a GC pause in the IDE, a debugger stopped with
+Ctrl-Z), the rest is written by a task of that debugger's, and the VM reader goes on relaying
+to everyone else. Meanwhile its packets queue, up to ``[debugger] queue_bytes`` and
+``queue_packets``; a debugger that does not read for ``[debugger] pause_limit`` seconds (the
+driver's watchdog: the write under way is older than that) or whose queue passes either budget
+is dropped as a slow consumer. A reader that pauses within both bounds keeps its session and
+gets every packet, in order.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -53,6 +61,9 @@ class Outbox:
     sock: AnySocket | None = None  # for writes that need no waiting (``plain_socket``)
     quick: float = DIRECT_SEND_LIMIT  # how long a small write may take
     allowed: float = 0.0  # how long the write under way may take
+    #: Starts a task of this stream's own that calls `drain` (True when it did): `flush` then
+    #: returns at once, and whoever flushed never waits for this stream's reader.
+    writer: Callable[[Outbox], bool] | None = None
     _idle: trio.Event | None = None  # made only when someone waits for the write to end
 
     def __post_init__(self) -> None:
@@ -125,18 +136,32 @@ class Outbox:
         return True
 
     async def flush(self, now: float) -> None:
-        """Write what is queued unless another task is already doing it. No cancel scope per
+        """Write what is queued unless another task is already doing it; with a ``writer``,
+        hand the writing to the stream's own task and return at once. No cancel scope per
         write (they cost more than the write): ``since`` says when the current write began,
-        and the driver's watchdog closes a stream whose write takes longer than ``limit``, which
-        makes the write fail here. Raises OutboxBroken when a write fails."""
+        and the driver's watchdog closes a stream whose write takes longer than allowed, which
+        makes the write fail in the task writing. Raises OutboxBroken when a write fails."""
         if self.busy or not self.queue or self.broken is not None:
+            return
+        if self.writer is not None:
+            self.busy = True  # the writer's from now on: nobody else starts one
+            if self.writer(self):
+                return
+            self.busy = False
+        await self.drain(now, claimed=False)
+
+    async def drain(self, now: float, *, claimed: bool = True) -> None:
+        """Write what is queued in this task (the ``writer``'s task calls it with ``claimed``:
+        `flush` marked the outbox busy for it). Raises OutboxBroken when a write fails."""
+        if not claimed and (self.busy or not self.queue or self.broken is not None):
             return
         self.busy = True
         try:
-            while self.queue:
+            while self.queue and self.broken is None:
                 data = self.queue.popleft()
                 self.queued -= len(data)
-                self.since = now
+                self.since = trio.current_time() if claimed else now
+                now = self.since
                 self.allowed = self.quick if len(data) <= QUICK_WRITE else self.limit
                 try:
                     if self.sock is not None:

@@ -48,9 +48,9 @@ __all__ = ["DEBUGGER_BUDGET", "Debuggers"]
 CLIENT_IDENT = "ddmd.client "
 #: The name of a front forward's client that cannot be looked up (another user's, gone).
 FORWARD_TOOL = "adb forward"
-#: Bytes that may wait for one debugger before it counts as too slow (pieces of a large
-#: packet wait here while the debugger reads the ones before).
-DEBUGGER_BUDGET = 4 << 20
+#: Bytes that may wait for one debugger before it counts as too slow, by default (``[debugger]
+#: queue_bytes``; pieces of a large packet wait here while the debugger reads the ones before).
+DEBUGGER_BUDGET = 16 << 20
 
 
 class Debuggers:
@@ -142,11 +142,14 @@ class Debuggers:
             port = self._config.debugger.current_port
         else:
             port = None  # a front socket: the port is the front's, or a forward's
+        settings = self._config.debugger
         outbox = Outbox(
             stream,
-            budget=DEBUGGER_BUDGET,
-            limit=self._config.timeouts.jdwp_request,
-            max_packets=self._config.debugger.queue_packets,
+            budget=settings.queue_bytes,
+            limit=max(self._config.timeouts.jdwp_request, settings.pause_limit),
+            max_packets=settings.queue_packets,
+            quick=settings.pause_limit,  # a paused reader keeps its session this long
+            writer=self._start_writer,
         )
         debugger = DebuggerConnection(
             number, stream, peer, via, port, outbox, since=time.time(), tool=tool
@@ -271,6 +274,22 @@ class Debuggers:
         for debugger in list(self.table.values()):
             await self._close(debugger, reason)
 
+    def _start_writer(self, outbox: Outbox) -> bool:
+        """A task of the debugger's own writes what its socket did not take at once, so the
+        VM reader (and every other debugger) never waits for a reader that paused."""
+        nursery = self._core.nursery()
+        debugger = outbox.owner
+        if nursery is None or not isinstance(debugger, DebuggerConnection):
+            return False
+        nursery.start_soon(self._write_behind, debugger)
+        return True
+
+    async def _write_behind(self, debugger: DebuggerConnection) -> None:
+        try:
+            await debugger.outbox.drain(trio.current_time())
+        except OutboxBroken as exc:
+            self.leave(debugger, str(exc))
+
     def drop_slow(self, number: int, *, waited: float | None = None) -> None:
         """A debugger that does not read what it is sent: dropped (a slow consumer)."""
         debugger = self.table[number]
@@ -278,7 +297,12 @@ class Debuggers:
         why: dict[str, object] = (
             {"waited": waited}
             if waited is not None
-            else {"queue": debugger.outbox.max_packets, "queued_bytes": debugger.outbox.queued}
+            else {
+                "queue": debugger.outbox.max_packets,
+                "queued_packets": len(debugger.outbox.queue),
+                "queued_bytes": debugger.outbox.queued,
+                "queue_bytes": debugger.outbox.budget,
+            }
         )
         self._core.log.warning(Event.DEBUGGER_SLOW_CONSUMER, peer=debugger.peer, **why)
         debugger.outbox.broken = SLOW_CONSUMER
@@ -298,16 +322,19 @@ class Debuggers:
         if not self.table:
             self._lane.stop()  # the VM's socket goes back to the event loop at once
         outbox = debugger.outbox
-        with trio.move_on_after(DIRECT_SEND_LIMIT):
-            await outbox.wait_idle()  # another task may be writing to it: let it finish
-            if outbox.broken is None and outbox.queue:
-                with contextlib.suppress(OutboxBroken):
-                    await outbox.flush(trio.current_time())
-        debugger.end(reason)
-        with trio.move_on_after(1) as cleanup:
-            cleanup.shield = True
-            with contextlib.suppress(Exception):
-                await debugger.stream.aclose()
+        try:
+            with trio.move_on_after(DIRECT_SEND_LIMIT):
+                await outbox.wait_idle()  # its writer may be writing to it: let it finish
+                if outbox.broken is None and outbox.queue:
+                    with contextlib.suppress(OutboxBroken):
+                        await outbox.drain(trio.current_time(), claimed=False)  # in this task
+        finally:
+            # Also when the VM's nursery is cancelled meanwhile: the debugger sees the end.
+            debugger.end(reason)
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                with contextlib.suppress(Exception):
+                    await debugger.stream.aclose()
 
     # ------------------------------------------------------------------ the per-VM port
 

@@ -57,8 +57,13 @@ def guarded(listener: trio.SocketListener, guard: PeerGuard | None, kind: PortKi
 
 
 async def accept_loop(listener: Listener, accept: Acceptor) -> None:
-    """Accept until cancelled; the listener is closed on the way out."""
+    """Accept until cancelled; the listener is closed on the way out. A guarded listener checks
+    its connections concurrently (`GuardedListener.serve`): a slow check, or a flood of them,
+    never holds up the next accept."""
     async with listener:
+        if isinstance(listener, GuardedListener):
+            await listener.serve(lambda stream: accept(stream, peer_name(stream)))
+            return
         while True:
             try:
                 stream = await listener.accept()

@@ -224,6 +224,7 @@ class PeerOwner:
 
     uid: int | None
     status: OwnerStatus
+    inode: int | None = None  # the socket's inode, when the lookup tells it (sock_diag does)
 
 
 class _Tables:

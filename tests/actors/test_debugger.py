@@ -584,6 +584,66 @@ async def test_slow_debugger_is_disconnected_and_the_vm_reader_never_blocks() ->
         assert (await expect_reply(dbg2)).id == 1
 
 
+async def test_a_debugger_that_pauses_for_two_seconds_keeps_its_session(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with bridge() as b:
+        await b.identified()
+        paused = await attached(b, lockstep=True)  # reads only when the test asks it to
+        for i in range(40):
+            await b.vm.send(thread_start_composite(i, packet_id=0x20000000 + i))
+        await trio.sleep(2)  # an IDE in a GC pause, a debugger stopped with Ctrl-Z
+        # Meanwhile the VM reader and another debugger carry on.
+        assert (await b.actor.stack_trace(7)).thread_id == 7
+        other = await attached(b, "dbg2")
+        await other.command(1, VM, VirtualMachineCommand.VERSION)
+        while not isinstance(reply := await other.receive(), ReplyPacket):
+            assert reply is not None
+        assert reply.id == 1
+        assert b.events("debugger.slow_consumer", vm=VM_ID) == []
+        got = [await paused.receive() for _ in range(40)]
+        assert [p.id for p in got if p is not None] == [0x20000000 + i for i in range(40)]
+        await paused.command(2, VM, VirtualMachineCommand.VERSION)
+        assert (await expect_reply(paused)).id == 2
+        assert b.events("debugger.slow_consumer", vm=VM_ID) == []
+
+
+async def test_a_debugger_paused_past_the_limit_is_dropped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = make_config(debugger={"pause_limit": 3.0})
+    async with bridge(config, script=VmScript(answers={"DBGD": "ack"})) as b:
+        await b.identified()
+        paused = await attached(b, lockstep=True)
+        for i in range(40):
+            await b.vm.send(thread_start_composite(i, packet_id=0x20000000 + i))
+        await trio.sleep(2.5)
+        assert b.events("debugger.slow_consumer", vm=VM_ID) == []
+        await trio.sleep(1)  # past 3 s without reading: dropped
+        (slow,) = b.events("debugger.slow_consumer", vm=VM_ID)
+        assert slow["waited"] == 3.0
+        (detached,) = b.events("debugger.detached", vm=VM_ID)
+        assert detached["reason"] == "slow consumer"
+        await paused.receive_until_eof()
+
+
+async def test_a_paused_debugger_past_its_bytes_is_dropped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = make_config(debugger={"queue_bytes": 65536, "queue_packets": 100_000})
+    async with bridge(config, script=VmScript(answers={"DBGD": "ack"})) as b:
+        await b.identified()
+        await attached(b, lockstep=True)
+        start = trio.current_time()
+        for i in range(4000):  # past 64 KiB queued
+            await b.vm.send(thread_start_composite(i, packet_id=0x20000000 + i))
+            if b.events("debugger.slow_consumer", vm=VM_ID):
+                break
+        assert trio.current_time() - start < 10  # the bytes, not the time, dropped it
+        (slow,) = b.events("debugger.slow_consumer", vm=VM_ID)
+        assert slow["queue_bytes"] == 65536
+
+
 # --------------------------------------------------------------------------------------------
 # Large packets
 

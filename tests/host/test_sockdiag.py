@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from ddmd.host import sockdiag
-from ddmd.host.localproc import listening_owners
+from ddmd.host.localproc import PeerOwner, listening_owners
 from tests.actors.needs import IN_CI
 from tests.actors.rawpeers import free_port_range
 
@@ -93,3 +93,80 @@ def test_malformed_answers_are_none(monkeypatch) -> None:
 
     monkeypatch.setattr(sockdiag.socket, "socket", Liar)
     assert sockdiag.listeners("127.0.0.1", [8000]) is None
+
+
+# --- one connection's owner, by its four ends
+
+
+@needs_netlink
+@pytest.mark.parametrize(
+    ("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+)
+def test_a_connections_owner_and_inode_from_the_kernel(family: int, host: str) -> None:
+    with socket.socket(family, socket.SOCK_STREAM) as server:
+        server.bind((host, 0))
+        server.listen()
+        with socket.socket(family, socket.SOCK_STREAM) as client:
+            client.connect(server.getsockname()[:2])
+            accepted, _ = server.accept()
+            with accepted:
+                ours = accepted.getsockname()[:2]
+                peer = accepted.getpeername()[:2]
+                owner = sockdiag.connection_owner(peer, ours)
+                assert owner is not None
+                assert (owner.status, owner.uid) == ("found", os.getuid())
+                assert owner.inode == os.fstat(client.fileno()).st_ino
+                # our own end, asked the other way round
+                mine = sockdiag.connection_owner(ours, peer)
+                assert mine is not None
+                assert mine.inode == os.fstat(accepted.fileno()).st_ino
+            client.close()
+            gone = sockdiag.connection_owner(peer, ours)
+            assert gone is not None
+            assert gone.status in ("closed", "absent")
+            assert gone.uid is None
+
+
+@needs_netlink
+def test_no_such_connection_is_absent() -> None:
+    (unused,) = free_port_range(1)
+    owner = sockdiag.connection_owner(("127.0.0.1", unused), ("127.0.0.1", unused))
+    assert owner is not None
+    assert owner.status == "absent"
+
+
+def test_a_host_name_is_not_looked_up() -> None:
+    assert sockdiag.connection_owner(("localhost", 1), ("127.0.0.1", 2)) is None
+
+
+@needs_netlink
+def test_the_guards_lookup_reads_no_socket_table() -> None:
+    from ddmd.peers import find_owner
+
+    def no_tables(*_: object) -> PeerOwner:
+        raise AssertionError("read /proc/net/tcp although sock_diag answers")
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                ours, peer = accepted.getsockname(), accepted.getpeername()
+                owner = find_owner(ours, peer, "/proc", no_tables)
+                assert (owner.status, owner.uid) == ("found", os.getuid())
+                assert owner.inode == os.fstat(client.fileno()).st_ino
+
+
+def test_without_netlink_the_tables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddmd.peers import find_owner
+
+    monkeypatch.setattr(sockdiag, "connection_owner", lambda *_: None)
+    read: list[tuple[str, int]] = []
+
+    def tables(ours: tuple[str, int], peer: tuple[str, int], root: str) -> PeerOwner:
+        read.append(peer)
+        return PeerOwner(7, "found")
+
+    assert find_owner(("127.0.0.1", 1), ("127.0.0.1", 2), "/proc", tables) == PeerOwner(7, "found")
+    assert read == [("127.0.0.1", 2)]
