@@ -107,6 +107,7 @@ class Event(StrEnum):
     LISTENER_ACCEPT_FAILED = "listener.accept_failed"
     # who may connect (ddmd.peers)
     SECURITY_PEER_REFUSED = "security.peer_refused"
+    SECURITY_PEER_GONE = "security.peer_gone"  # closed before its check: refused, not news
     SECURITY_UIDS_UNCHECKED = "security.uids_unchecked"
     # discovery by port scan
     SCAN_PROBE_FAILED = "scan.probe_failed"

@@ -145,6 +145,9 @@ class Verdict:
     uid: int | None
     reason: str
     user: str | None = None
+    # The peer closed its end before it could be checked (a browser's spare connection): it
+    # is refused all the same, but it is gone, so it is not news (debug level, not a warning).
+    gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +191,9 @@ class PeerPolicy:
             allowed = self.unknown == "allow"
             return Verdict(allowed, None, f"owner unknown ({why}): [security] unknown_peer")
         if owner.status == "closed":
-            return Verdict(False, None, "it closed its end before its owner could be checked")
+            return Verdict(
+                False, None, "it closed its end before its owner could be checked", gone=True
+            )
         return Verdict(False, None, "its socket is not in the socket tables (gone)")
 
     def judge(self, facts: _Facts, proc_root: str, tables: TableLookup = _read_tables) -> Verdict:
@@ -310,6 +315,9 @@ class PeerGuard:
         `REFUSED_LOG_INTERVAL` seconds, so a flood of refused connections costs a line, not a
         thousand."""
         self._refused[kind] = self._refused.get(kind, 0) + 1
+        if verdict.gone:
+            log.debug(Event.SECURITY_PEER_GONE, port=where, port_kind=kind, reason=verdict.reason)
+            return
         key = (verdict.uid, where)
         now = trio.current_time()
         last = self._logged.get(key)
@@ -346,7 +354,8 @@ async def check_peer(
     try:
         facts = _facts(stream.socket)
     except OSError:
-        return Verdict(False, None, "it closed the connection before it could be checked"), "?"
+        closed = "it closed the connection before it could be checked"
+        return Verdict(False, None, closed, gone=True), "?"
     verdict = Verdict(False, None, f"its owner could not be found within {lookup_timeout:g} s")
     try:
         with trio.move_on_after(lookup_timeout):

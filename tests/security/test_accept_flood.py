@@ -150,3 +150,42 @@ def test_a_refused_burst_is_one_line_with_its_count() -> None:
     lines = [e for e in logs if e["event"] == "security.peer_refused"]
     assert [line["count"] for line in lines] == [1, FLOOD]
     assert guard.refused_counts()["current_port"] == FLOOD + 1
+
+
+def test_a_peer_that_closed_before_its_check_is_refused_but_not_a_warning() -> None:
+    # A browser opens spare connections to the web page and closes them unused: such a peer is
+    # gone before ddmd can find its owner. It is refused (counted), but it is not news.
+    guard = PeerGuard(PeerPolicy(frozenset({ME})))
+    gone = Verdict(False, None, "it closed its end before its owner could be checked", gone=True)
+    stranger = Verdict(False, 4242, "its user is not allowed")
+
+    async def both() -> None:
+        guard.refuse(gone, 8710, "control")
+        guard.refuse(stranger, 8710, "control")
+
+    with capture_logs() as logs:
+        trio.run(both, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("security.peer_gone", "debug"),
+        ("security.peer_refused", "warning"),
+    ]
+    assert guard.refused_counts()["control"] == 2
+
+
+async def test_a_connection_closed_at_once_logs_no_refusal(nursery) -> None:
+    # The real path: a client (another uid, so it would be refused) that connects and closes
+    # at once reads as gone when the check comes; a peer of an allowed uid that closes is too.
+    guard = PeerGuard(PeerPolicy(frozenset({ME + 1})))
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    with capture_logs() as logs, trio.fail_after(CAP):
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = await listener.accept()
+        await client.aclose()
+        await trio.sleep(0.05)
+        assert not await guard.admit(stream, "control")
+        await stream.aclose()
+    await listener.aclose()
+    events = [e["event"] for e in logs]
+    assert "security.peer_refused" not in events
+    assert "security.peer_gone" in events
