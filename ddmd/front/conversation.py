@@ -25,7 +25,7 @@ does not parse) it relays: the real server answers in its own words.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 import trio
@@ -87,6 +87,9 @@ class FrontContext:
     upstream: Upstream
     forwards: FrontForwards
     stats: FrontStatistics
+    # Tools whose host:kill the front refused already: the first refusal for each is a warning
+    # (the user should know which tool tries to stop the adb server), later ones are info.
+    kill_refused_for: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -381,7 +384,9 @@ class Conversation:
         tool, pid, cmdline = await self._tool()
         if self._ctx.config.on_kill == "refuse":
             self._ctx.stats.kills_refused += 1
-            log.info(
+            first = tool not in self._ctx.kill_refused_for
+            self._ctx.kill_refused_for.add(tool)
+            (log.warning if first else log.info)(
                 Event.FRONT_KILL_REFUSED,
                 peer=self._peer,
                 pid=pid,

@@ -455,6 +455,17 @@ async def test_kill_is_refused_by_default_and_the_server_stays():
         assert await ask(rig.port, wire("host:version")) == b"OKAY00040029"
 
 
+async def test_a_refused_kill_is_a_warning_the_first_time_naming_the_tool():
+    # The user should learn which tool tries to stop the adb server; once is enough.
+    async with fake_rig() as rig:
+        with capture_logs() as logs:
+            for _ in range(3):
+                assert await ask(rig.port, wire("host:kill")) == b"OKAY"
+        refused = events(logs, "front.kill_refused")
+        assert [e["log_level"] for e in refused] == ["warning", "info", "info"]
+        assert refused[0]["tool"]  # the asking program, named (here: python, this test)
+
+
 async def test_kill_relayed_when_configured():
     async with fake_rig(on_kill="relay") as rig:
         with capture_logs() as logs:
