@@ -201,3 +201,9 @@ def test_android_studio_set_up_is_explained_in_one_place() -> None:
     assert "Use existing manually managed server" in studio
     assert "**5038**" in studio
     assert "Remote JVM Debug" not in studio  # the adb front, not a second way
+
+
+def test_the_quick_start_says_the_adb_server_ddmd_may_start_outlives_it():
+    quick = section("Quick start")
+    assert "keeps running after ddmd stops" in quick
+    assert "adb kill-server" in quick
