@@ -2,7 +2,8 @@
 two real HotSpot JVMs in the scan range of a real ``ddmd.daemon.run``, one that can be
 attached and one started with -XX:+DisableAttachMechanism.
 
-The first shows its threads (ddmd's own thread list), a thread's stack from its thread dump
+The first shows its threads (its thread dump's Java threads, numbered and flagged as jstack
+shows them, and what the list leaves out), a thread's stack from its thread dump
 (the frames, their locks, its Java state), the heap figures of GC.heap_info, and Cause GC
 runs GC.run (the program sees its weak reference cleared) and shows the figures after it; the
 heap dump and kill buttons are offered. The second shows its threads too, and where the attach
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ import pytest
 import trio
 
 from tests.actors.rawpeers import free_port_range, monitor
-from tests.hotspot.conftest import Jvm, quiet_classes, run_quiet  # noqa: F401 (a fixture)
+from tests.hotspot.conftest import Jvm, quiet_classes, run_quiet, tool  # noqa: F401 (a fixture)
 from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _require_browser
 
 pytestmark = pytest.mark.jvm
@@ -123,6 +125,23 @@ def browser_page(name: str) -> Iterator[tuple[Any, list[str]]]:
             browser.close()
 
 
+def jstack_threads(pid: int) -> list[tuple[str, int | None, bool]]:
+    """``jstack PID``'s threads: name, #N (None for the JVM's own threads), daemon."""
+    done = subprocess.run(
+        [tool("jstack"), str(pid)], capture_output=True, text=True, timeout=60, check=True
+    )
+    text = done.stdout.split("\nJNI global refs")[0]
+    return [
+        (m["name"], None if m["n"] is None else int(m["n"]), bool(m["daemon"]))
+        for m in _JSTACK.finditer(text)
+    ]
+
+
+_JSTACK = re.compile(
+    r'^"(?P<name>.*)" (?:#(?P<n>\d+) )?(?P<daemon>daemon )?(?:prio=\d+ )?os_prio=', re.M
+)
+
+
 def open_vm(page: Any, vm_id: str) -> None:
     page.locator(f'#vms tbody tr[data-vm-id="{vm_id}"] button.link').click()
     page.wait_for_function(
@@ -136,12 +155,21 @@ def test_the_plain_jvm_view_shows_threads_a_stack_and_the_heap(quiet_classes, tm
         jvm = live.open_jvm
         open_vm(page, jvm.vm_id)
 
-        # Threads: ddmd's list, in the table; no refusal in their place.
+        # Threads: the Java threads of its thread dump, numbered as jstack numbers them, with
+        # their daemon flags; the note names the JVM's own threads the table leaves out.
         page.locator("#threads tbody tr", has_text="worker one").wait_for()
-        assert page.locator("#threads-note").is_hidden()
-        names = set(page.locator("#threads tbody tr td:nth-child(3)").all_inner_texts())
-        listed = {t["name"] for t in live.get(f"/api/v1/vms/{jvm.vm_id}/threads")["threads"]}
-        assert {"main", "worker one", "gc watcher"} <= names <= listed | names
+        seen = jstack_threads(jvm.process.pid)
+        java = {n: (name, daemon) for name, n, daemon in seen if n is not None}
+        own = [name for name, n, _ in seen if n is None]
+        ids = page.locator("#threads tbody tr td:nth-child(1)").all_inner_texts()
+        assert sorted(int(i) for i in ids) == sorted(java)
+        for n, (name, daemon) in java.items():
+            row = page.locator(f'#threads tbody tr[data-thread-id="{n}"] td')
+            assert row.nth(2).inner_text() == name
+            assert row.nth(6).inner_text() == ("yes" if daemon else "")
+        left = page.locator("#threads-note").inner_text()
+        assert left.startswith(f"Left out: {len(own)} threads, the JVM's own threads"), left
+        assert all(name in left for name in own), left
 
         # A stack from the JVM's thread dump: frames, their locks, the Java state.
         page.locator("#threads tbody tr", has_text="main").first.click()
@@ -189,6 +217,9 @@ def test_a_jvm_that_cannot_be_attached_says_why_where_the_figures_would_be(
             "command line): it accepts no attach, from ddmd, jstack or jcmd."
         )
         page.locator("#threads tbody tr", has_text="main").wait_for()  # over JDWP: still there
+        daemon = page.locator("#threads tbody tr td:nth-child(7)").all_inner_texts()
+        assert set(daemon) == {"\u2014"}  # JDWP does not say: not a blank that reads as "no"
+        page.locator("#threads-note", has_text="whether a thread is a daemon is unknown").wait_for()
         page.locator("#heap-note", has_text=sentence).wait_for()
         assert page.locator("#gc").is_disabled()
         page.locator("#threads tbody tr", has_text="main").first.click()

@@ -672,7 +672,7 @@
       if (reason && vm.ddm !== null) return 0; // it will not come: stop asking
       return THREAD_SLOW_MS;
     }
-    note($("threads-note"), "");
+    note($("threads-note"), leftOut(body));
     showThreadTable(true);
     const tbody = table.tBodies[0];
     const existing = new Map();
@@ -703,7 +703,18 @@
     for (const [key, row] of existing) if (!seen.has(key)) row.remove();
     setText($("threads-count"), `${threads.length}`);
     setText($("threads-age"), "updated " + clock(new Date()));
-    return body.dump ? THREAD_SLOW_MS : THREAD_INTERVAL_MS;
+    // A plain JVM's list from its thread dump: each dump is a safepoint in the JVM.
+    return body.dump || body.source === "Thread.print" ? THREAD_SLOW_MS : THREAD_INTERVAL_MS;
+  }
+
+  // What a plain JVM's thread list leaves out and why (the daemon's words; `ddmd threads`
+  // prints the same line).
+  function leftOut(body) {
+    const out = body.left_out;
+    if (!out) return "";
+    const count = out.count === null || out.count === undefined ? "" : `${out.count} threads, `;
+    const names = out.names && out.names.length ? `: ${out.names.join(", ")}` : "";
+    return `Left out: ${count}${out.why}${names}.`;
   }
 
   function showThreadTable(visible) {
