@@ -6,6 +6,7 @@ Layer: standard library, ``ddmd.protocol`` and ``ddmd.session.words`` (sans-IO).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -98,6 +99,33 @@ class DebuggerSnapshot:
         }
 
 
+_JVM_LINE = re.compile(r"JVM version (?P<version>\S+)(?: \((?P<vm>.*)\))?")
+_NOISE = re.compile(r"\(TM\)|\(R\)|\b(?:Java|\d\d-Bit|Server|Client|VM)\b")
+_DALVIK = re.compile(r"^Dalvik v(?P<major>\d+)\.")
+
+
+def vm_label(vm_ident: str | None, description: str | None) -> str | None:
+    """The one short name of a VM's kind, wherever it is shown: ``OpenJDK 17.0.15`` for a
+    plain JVM (not the three lines of its JDWP banner), ``ART`` or ``Dalvik`` for an Android
+    VM ("Dalvik v2.x" is how ART names itself), a DDM client's own name otherwise."""
+    if vm_ident:
+        match = _DALVIK.match(vm_ident)
+        if match:
+            return "ART" if int(match["major"]) >= 2 else "Dalvik"
+        return vm_ident
+    lines = [line.strip() for line in (description or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    for line in lines:
+        match = _JVM_LINE.search(line)
+        if match:
+            name = (match["vm"] or "").split(",")[0]
+            vendor = " ".join(_NOISE.sub(" ", name).split())
+            return f"{vendor or 'JVM'} {match['version']}"
+    first = lines[0]
+    return first if len(first) <= 40 else first[:37] + "..."
+
+
 @dataclass(frozen=True, slots=True)
 class VmSnapshot:
     """Everything the control API shows about one VM. Built by its actor; immutable."""
@@ -178,6 +206,7 @@ class VmSnapshot:
             "current": self.current,
             "connected_at": self.connected_at,
             "name": self.display_name,
+            "vm_label": vm_label(self.vm_ident, self.description),
             "missing": self.missing(),
             # Why this VM has no logcat (a sentence), or None: it is on a device.
             "logcat": None if self.device else no_logcat_sentence(self.display_name),

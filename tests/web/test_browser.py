@@ -236,6 +236,10 @@ def _story(page: Any, base: str, config: Path, requests: list[tuple[float, str]]
     row = page.locator(f'#vms tbody tr[data-vm-id="{mail["id"]}"]')
     assert str(mail["pid"]) in row.inner_text()
     assert "yes" in row.locator("td").nth(5).inner_text()  # DDM
+    # One label of the VM's kind, as `ddmd clients` prints it: ART (not "Dalvik v2.1.0").
+    assert row.locator(".vm-label").inner_text() == "ART"
+    notes_row = page.locator(f'#vms tbody tr[data-vm-id="{_vm(base, NOTES)["id"]}"]')
+    assert notes_row.locator(".vm-label").inner_text() == "Dalvik"
 
     # 2. Watching a VM: its thread table fills and the states change over time.
     row.locator("button.link").click()

@@ -125,6 +125,16 @@ def browser_page(name: str) -> Iterator[tuple[Any, list[str]]]:
             browser.close()
 
 
+def java_version() -> str:
+    """``java -version``'s version: 17.0.15."""
+    done = subprocess.run(
+        [tool("java"), "-version"], capture_output=True, text=True, timeout=60, check=True
+    )
+    match = re.search(r'version "([\d.]+)', done.stderr)
+    assert match, done.stderr
+    return match[1]
+
+
 def jstack_threads(pid: int) -> list[tuple[str, int | None, bool]]:
     """``jstack PID``'s threads: name, #N (None for the JVM's own threads), daemon."""
     done = subprocess.run(
@@ -153,7 +163,11 @@ def test_the_plain_jvm_view_shows_threads_a_stack_and_the_heap(quiet_classes, tm
     with rig(quiet_classes, tmp_path) as live, browser_page("web-plain-jvm.png") as (page, bad):
         page.goto(live.base + "/")
         jvm = live.open_jvm
+        # Its kind as `ddmd clients` says it: "OpenJDK 17.0.15", the version java reports.
+        label = page.locator(f'#vms tbody tr[data-vm-id="{jvm.vm_id}"] .vm-label')
+        assert label.inner_text() == f"OpenJDK {java_version()}"
         open_vm(page, jvm.vm_id)
+        assert f" · OpenJDK {java_version()}" in page.locator("#detail-sub").inner_text()
 
         # Threads: the Java threads of its thread dump, numbered as jstack numbers them, with
         # their daemon flags; the note names the JVM's own threads the table leaves out.

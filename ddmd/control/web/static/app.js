@@ -129,6 +129,11 @@
     return vm.name || vm.app || vm.package || vm.address || vm.id;
   }
 
+  function vmLabel(vm) {
+    // An older daemon without vm_label: its ident as it is.
+    return vm.vm_label === undefined ? vm.vm_ident : vm.vm_label;
+  }
+
   // ------------------------------------------------------------------------------ token
 
   function hashParams() {
@@ -365,7 +370,7 @@
   // The VM table is rebuilt only when something it shows changed, so a button under the
   // pointer is not replaced between press and release.
   const VM_FIELDS = [
-    "id", "app", "package", "vm_ident", "description", "pid", "device", "source", "address",
+    "id", "app", "package", "vm_ident", "vm_label", "description", "pid", "device", "source", "address",
     "ddm", "unsupported", "name", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
   ];
 
@@ -409,7 +414,9 @@
       if (vm.package && vm.package !== vm.app) {
         nameCell.appendChild(el("div", { cls: "muted small", text: vm.package }));
       }
-      if (vm.vm_ident) nameCell.appendChild(el("div", { cls: "muted small", text: vm.vm_ident }));
+      // The daemon's one label of the VM's kind ("ART", "OpenJDK 17.0.15"), as `ddmd clients`.
+      const label = vmLabel(vm);
+      if (label) nameCell.appendChild(el("div", { cls: "muted small vm-label", text: label }));
       if (vm.debugger_port !== null && vm.debugger_port !== undefined) {
         // Its own port: a debugger there always reaches this VM, current or not.
         nameCell.appendChild(el("div", {
@@ -555,7 +562,7 @@
     const vm = shownVm();
     setText($("detail-title"), vm ? vmName(vm) : id);
     const sub = vm
-      ? [vm.id, vm.pid !== null ? `pid ${vm.pid}` : null, vm.vm_ident, vm.abi].filter(Boolean).join(" · ")
+      ? [vm.id, vm.pid !== null ? `pid ${vm.pid}` : null, vmLabel(vm), vm.abi].filter(Boolean).join(" · ")
       : id;
     setText($("detail-sub"), sub);
     note($("detail-note"), vm ? "" : "This VM is gone: ddmd lost its connection.");
