@@ -35,6 +35,7 @@ from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _require_
 pytestmark = pytest.mark.jvm
 
 CAP_MS = 20_000  # one condition on the page
+NO_SEGMENTS = "com.example.nosegments"
 START_CAP = 60.0
 
 
@@ -43,6 +44,7 @@ class Rig:
     base: str
     open_jvm: Jvm
     closed_jvm: Jvm
+    no_segments: str  # the id of an app's VM that collects but sends no heap segments
 
     def get(self, path: str) -> Any:
         response = httpx.get(self.base + path, trust_env=False, timeout=30)
@@ -51,18 +53,23 @@ class Rig:
 
 
 async def _serve(classes: Path, tmp_path: Path, out: queue.Queue[Any], stop: trio.Event) -> None:
-    first, second = free_port_range(2)
+    first, second, third = free_port_range(3)
     async with (
         run_quiet(classes, first) as open_jvm,
         run_quiet(classes, second, flags=["-XX:+DisableAttachMechanism"]) as closed_jvm,
-        monitor([first, second], tmp_path) as h,
+        monitor([first, second, third], tmp_path) as h,
     ):
+        # An app whose VM collects (HPGC) but sends no heap segments (HPSG refused).
+        await h.start_sim(
+            third, pid=4711, app_name=NO_SEGMENTS, package_name=NO_SEGMENTS, fail_types=("HPSG",)
+        )
+        await h.wait_vm(f"tcp:{third}", lambda v: v["app"] == NO_SEGMENTS, timeout=START_CAP)
         for jvm in (open_jvm, closed_jvm):
             await h.wait_vm(
                 jvm.vm_id, lambda v: v["ddm"] is False and v["pid"] is not None, timeout=START_CAP
             )
         host, port = h.started.control
-        out.put(Rig(f"http://{host}:{port}", open_jvm, closed_jvm))
+        out.put(Rig(f"http://{host}:{port}", open_jvm, closed_jvm, f"tcp:{third}"))
         await stop.wait()
 
 
@@ -241,4 +248,25 @@ def test_a_jvm_that_cannot_be_attached_says_why_where_the_figures_would_be(
         page.locator("#hprof-reason", has_text=sentence).wait_for()
         assert page.locator("#hprof-dump").is_disabled()
         assert not jvm.printed("Full thread dump")
+        assert bad == []
+
+
+def test_cause_gc_is_offered_wherever_ddmd_gc_works(quiet_classes, tmp_path):  # noqa: F811
+    with (
+        rig(quiet_classes, tmp_path) as live,
+        browser_page("web-gc-no-segments.png") as (page, bad),
+    ):
+        page.goto(live.base + "/")
+        open_vm(page, live.no_segments)
+        page.locator("#gc").click()  # no segments come: a plain GC instead
+        page.locator("#heap-status", has_text="GC requested").wait_for()
+        page.locator("#heap-note", has_text="heap segments").wait_for()  # what it cannot do
+        page.wait_for_function("() => !document.querySelector('#gc').disabled")
+        done = httpx.post(
+            f"{live.base}/api/v1/vms/{live.no_segments}/gc", trust_env=False, timeout=30
+        )
+        assert done.status_code == 200, done.text  # `ddmd gc` works: so does the button
+        page.locator("#gc").click()
+        page.locator("#heap-status", has_text="GC requested").wait_for()
+        assert not page.locator("#gc").is_disabled()
         assert bad == []

@@ -556,6 +556,13 @@
     return null;
   }
 
+  function gcMissingReason(vm) {
+    if (!vm) return "This VM is gone.";
+    if (vm.ddm === false) return state.jvmHeapWhy || null; // GC.run: the attach API, as GC.heap_info
+    const why = (vm.missing || {}).HPGC;
+    return why ? why + "." : null;
+  }
+
   function updateShownVm() {
     const id = state.shown;
     if (!id) return;
@@ -595,8 +602,11 @@
     }
     const heapReason = heapMissingReason(vm);
     const gc = $("gc");
-    gc.disabled = state.gcRunning || (Boolean(heapReason) && (!vm || vm.ddm !== null));
-    gc.title = heapReason || "Run a garbage collection and fetch the heap segments";
+    // Enabled wherever `ddmd gc` works: a VM without heap figures or segments may still
+    // collect (HPGC); only a VM that cannot (or a JVM that cannot be attached) is refused.
+    const gcReason = gcMissingReason(vm);
+    gc.disabled = state.gcRunning || (Boolean(gcReason) && (!vm || vm.ddm !== null));
+    gc.title = gcReason || (heapReason ? "Run a garbage collection" : "Run a garbage collection and fetch the heap segments");
     if (heapReason) {
       note($("heap-note"), heapReason);
     } else if (vm && vm.ddm === false) {
@@ -1163,6 +1173,12 @@
         state.jvmHeap = done.jvm_heap || state.jvmHeap;
         state.jvmHeapAt = new Date();
         setText($("heap-status"), `GC done at ${clock(new Date())} (GC.run)`);
+        return;
+      }
+      if (((shownVm() || {}).missing || {}).HPSG) { // known: no segments come, the GC only
+        await apiJson(vmPath(id) + "/gc", { method: "POST" });
+        if (state.shown !== id) return;
+        setText($("heap-status"), `GC requested at ${clock(new Date())} (no heap segments from this VM)`);
         return;
       }
       const body = await apiJson(vmPath(id) + "/heap/dump", { method: "POST" });
