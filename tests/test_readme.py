@@ -201,3 +201,10 @@ def test_android_studio_set_up_is_explained_in_one_place() -> None:
     assert "Use existing manually managed server" in studio
     assert "**5038**" in studio
     assert "Remote JVM Debug" not in studio  # the adb front, not a second way
+
+
+def test_the_readme_says_how_to_link_to_one_vm_on_the_web_page() -> None:
+    """The page opens the VM a ``#vm=ID`` address names (tests/web/test_jvm_page.py)."""
+    text = README.read_text()
+    assert "`#vm=ID`" in text
+    assert "http://127.0.0.1:8710/#vm=tcp:8000" in text

@@ -230,9 +230,12 @@ def test_a_jvm_that_cannot_be_attached_says_why_where_the_figures_would_be(
     tmp_path,
 ):
     with rig(quiet_classes, tmp_path) as live, browser_page("web-closed-jvm.png") as (page, bad):
-        page.goto(live.base + "/")
         jvm = live.closed_jvm
-        open_vm(page, jvm.vm_id)
+        page.goto(f"{live.base}/#vm={jvm.vm_id}")  # the link the README shows: this VM, open
+        page.wait_for_function(
+            "id => document.querySelector('#detail-sub').textContent.startsWith(id)",
+            arg=jvm.vm_id,
+        )
         sentence = (
             f"Quiet (pid {jvm.process.pid}) was started with -XX:+DisableAttachMechanism (its "
             "command line): it accepts no attach, from ddmd, jstack or jcmd."
