@@ -102,6 +102,7 @@ class DebuggerSnapshot:
 _JVM_LINE = re.compile(r"JVM version (?P<version>\S+)(?: \((?P<vm>.*)\))?")
 _NOISE = re.compile(r"\(TM\)|\(R\)|\b(?:Java|\d\d-Bit|Server|Client|VM)\b")
 _DALVIK = re.compile(r"^Dalvik v(?P<major>\d+)\.")
+_JDWP_LINE = re.compile(r"^Java Debug Wire Protocol\b.* version (?P<version>\S+)$")
 
 
 def vm_label(vm_ident: str | None, description: str | None) -> str | None:
@@ -122,6 +123,9 @@ def vm_label(vm_ident: str | None, description: str | None) -> str | None:
             name = (match["vm"] or "").split(",")[0]
             vendor = " ".join(_NOISE.sub(" ", name).split())
             return f"{vendor or 'JVM'} {match['version']}"
+    banner = _JDWP_LINE.search(lines[0])
+    if banner:  # only JDWP's own line: the JDK's version, not a product name
+        return f"JVM (JDWP {banner['version']})"
     first = lines[0]
     return first if len(first) <= 40 else first[:37] + "..."
 
@@ -166,8 +170,10 @@ class VmSnapshot:
         for name in (self.app, self.package):  # the process name, as DDMS showed it
             if name and name not in ("<pre-initialized>",):
                 return name
+        if self.ddm is False and self.pid is not None:  # on this computer or behind adb
+            return f"JVM pid {self.pid}"
         if self.ddm is False and self.source == "tcp":
-            return f"JVM pid {self.pid}" if self.pid is not None else f"JVM at {self.address}"
+            return f"JVM at {self.address}"
         return self.id
 
     def missing(self) -> dict[str, str]:
