@@ -207,3 +207,10 @@ def test_the_quick_start_says_the_adb_server_ddmd_may_start_outlives_it():
     quick = section("Quick start")
     assert "keeps running after ddmd stops" in quick
     assert "adb kill-server" in quick
+
+
+def test_the_readme_says_how_to_link_to_one_vm_on_the_web_page() -> None:
+    """The page opens the VM a ``#vm=ID`` address names (tests/web/test_jvm_page.py)."""
+    text = README.read_text()
+    assert "`#vm=ID`" in text
+    assert "http://127.0.0.1:8710/#vm=tcp:8000" in text

@@ -265,20 +265,38 @@ def format_threads(body: dict[str, Any], *, verbose: bool = False) -> str:
             _state(t, verbose),
             _cpu(t.get("utime"), verbose),
             _cpu(t.get("stime"), verbose),
-            "" if t.get("daemon") is None else ("daemon" if t["daemon"] else ""),
+            "\u2014" if t.get("daemon") is None else ("daemon" if t["daemon"] else ""),
             t.get("name"),
         )
         for t in threads
     ]
     headers = ("ID", "TID", "STATE", "USER CPU", "SYSTEM CPU", "DAEMON", "NAME")
+    source = body.get("source")
+    if source == "Thread.print":
+        head += ", from its thread dump (IDs as jstack's #N)"
     lines = [f"{head}:", table(headers, rows)]
+    left_out = body.get("left_out")
+    if isinstance(left_out, dict):
+        lines.append(_left_out(left_out, verbose))
     if not body.get("supported", True):
         why = _missing(vm, "THST") or "the VM does not report thread states"
         lines.append(f"(thread names only: {why})")
     return "\n".join(lines)
 
 
+def _left_out(left_out: dict[str, Any], verbose: bool) -> str:
+    """The threads the list leaves out and why: ``(left out: 7 threads, ...: names)``."""
+    count, names = left_out.get("count"), left_out.get("names") or []
+    what = "" if count is None else f"{count} thread{'' if count == 1 else 's'}, "
+    shown = names if verbose or len(names) <= 8 else [*names[:8], f"{len(names) - 8} more"]
+    listed = f": {', '.join(shown)}" if shown else ""
+    return f"(left out: {what}{left_out.get('why')}{listed})"
+
+
 def _state(thread: dict[str, Any], verbose: bool) -> str | None:
+    java = thread.get("java_state")
+    if java:  # a plain JVM's thread dump: ddmd's word and jstack's
+        return f"{thread_state(thread.get('state'))} ({java})"
     state = thread_state(thread.get("state"))
     status = thread.get("status")
     if state is None:

@@ -13,7 +13,6 @@ Layer: standard library only; pure functions over plain values. Used by `cli.for
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -199,34 +198,19 @@ def method_words(class_name: str | None, name: str | None, signature: str | None
 
 # ----------------------------------------------------------------------------------- VMs
 
-_JVM_LINE = re.compile(r"JVM version (?P<version>\S+)(?: \((?P<vm>.*)\))?")
-_NOISE = re.compile(r"\(TM\)|\(R\)|\b(?:Java|\d\d-Bit|Server|Client|VM)\b")
-_DALVIK = re.compile(r"^Dalvik v(?P<major>\d+)\.")
-
 
 def short_vm_name(vm: Mapping[str, Any]) -> str | None:
-    """The VM cell of ``ddmd clients``: ``OpenJDK 17.0.15`` for a plain JVM (not the three
-    lines of its JDWP banner), ``ART`` or ``Dalvik`` for an Android VM ("Dalvik v2.x" is how
-    ART names itself), a DDM client's own name otherwise."""
-    ident = vm.get("vm_ident")
-    if ident:
-        text = str(ident)
-        match = _DALVIK.match(text)
-        if match:
-            return "ART" if int(match["major"]) >= 2 else "Dalvik"
-        return text
-    lines = [line.strip() for line in str(vm.get("description") or "").splitlines()]
-    lines = [line for line in lines if line]
-    if not lines:
-        return None
-    for line in lines:
-        match = _JVM_LINE.search(line)
-        if match:
-            name = (match["vm"] or "").split(",")[0]
-            vendor = " ".join(_NOISE.sub(" ", name).split())
-            return f"{vendor or 'JVM'} {match['version']}"
-    first = lines[0]
-    return first if len(first) <= 40 else first[:37] + "..."
+    """The VM cell of ``ddmd clients``: the daemon's ``vm_label`` (``OpenJDK 17.0.15``,
+    ``ART``), the one the web page shows; worked out here for an older daemon without it."""
+    if "vm_label" in vm:
+        label = vm["vm_label"]
+        return None if label is None else str(label)
+    from ddmd.session.model import vm_label
+
+    ident, description = vm.get("vm_ident"), vm.get("description")
+    return vm_label(
+        None if ident is None else str(ident), None if description is None else str(description)
+    )
 
 
 # ----------------------------------------------------------------------------- debuggers

@@ -284,9 +284,12 @@ class _Api:
         else:
             # A VM without DDM may answer without error and still have no thread list.
             supported = snapshot.threads is not None
-        return JSONResponse(
-            {"vm": snapshot.to_json(), "threads": threads_json(snapshot), "supported": supported}
-        )
+        body: dict[str, Any] = {"threads": threads_json(snapshot)}
+        dumped = await plain_jvm.threads_json(handle)  # a plain JVM: from its thread dump
+        if dumped is not None:
+            body.update(dumped)
+            supported = body["threads"] is not None
+        return JSONResponse({"vm": snapshot.to_json(), **body, "supported": supported})
 
     async def heap(self, request: Request) -> Response:
         handle = self.resolve(request)

@@ -12,8 +12,12 @@ driven by ddmd) keeps the DDM answers. Routes (``{target}`` as in app.py)::
 
 and, for a plain JVM, in the routes of app.py:
 
-    GET  .../threads/{thread}/stack       the thread from the JVM's thread dump (by ddmd's id,
-                                          its #N Java id, or name): {vm, thread_id,
+    GET  .../threads                      its Java threads from its thread dump, ids jstack's
+                                          #N: {vm, source: "Thread.print", threads: [{id,
+                                          name, tid, state, java_state, daemon, ...}],
+                                          left_out: {count, names, why}, supported}
+    GET  .../threads/{thread}/stack       the thread from the JVM's thread dump (by its #N
+                                          Java id, the id of .../threads, or name): {vm, thread_id,
                                           thread_name, java_id, state, java_state, frames, text}
     GET  .../heap                         adds jvm_heap: {source: "GC.heap_info", collector,
                                           used, committed, max, spaces: [...], text}
@@ -31,10 +35,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ddmd.errors import FeatureUnsupported
+from ddmd.errors import DdmFailed, FeatureUnsupported, RequestTimedOut
 from ddmd.registry import VmHandle
 
-__all__ = ["JvmPart", "heap_json", "jvm_part", "routes", "stack_json"]
+__all__ = ["JvmPart", "heap_json", "jvm_part", "routes", "stack_json", "threads_json"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -46,6 +50,8 @@ class JvmPart(Protocol):
     def applies(self) -> bool: ...
 
     async def stacks(self) -> dict[str, Any]: ...
+
+    async def threads(self) -> dict[str, Any]: ...
 
     async def stack(self, key: str) -> dict[str, Any]: ...
 
@@ -71,6 +77,27 @@ async def stack_json(handle: VmHandle, thread: str) -> dict[str, Any] | None:
         return None
     body = await part.stack(thread)
     return {"vm": handle.snapshot().to_json(), **body}
+
+
+async def threads_json(handle: VmHandle) -> dict[str, Any] | None:
+    """A plain JVM's thread list from its thread dump (``source``, ``threads``, ``left_out``),
+    numbered as jstack and the stack route number it; None: not a plain JVM. A JVM that
+    cannot be attached keeps ddmd's JDWP list, which says what it leaves out and why."""
+    part = _plain(handle)
+    if part is None:
+        return None
+    try:
+        return await part.threads()
+    except (FeatureUnsupported, DdmFailed, RequestTimedOut) as exc:
+        return {
+            "source": "JDWP",
+            "left_out": {
+                "count": None,
+                "names": [],
+                "why": "JDWP lists no thread of the JVM itself and hides some Java threads "
+                f"(compiler, JDWP agent); whether a thread is a daemon is unknown: {exc}",
+            },
+        }
 
 
 async def heap_json(handle: VmHandle) -> dict[str, Any] | None:

@@ -204,14 +204,33 @@ class JvmTools:
             threads.append(entry)
         return {"source": "STKL", "threads": threads, "text": None, "deadlocked": None}
 
+    async def threads(self) -> dict[str, Any]:
+        """A plain JVM's thread list from its thread dump, numbered as jstack numbers it (the
+        ``#N`` Java thread id, also the number ``stack`` takes): every Java thread with its
+        daemon flag and the state jstack prints. The JVM's own threads (GC, the VM thread),
+        which jstack lists without a number, are left out, and ``left_out`` names them."""
+        dump, _ = await self.thread_dump()
+        java = [t for t in dump.threads if t.number is not None]
+        own = [t.name for t in dump.threads if t.number is None]
+        return {
+            "source": "Thread.print",
+            "threads": [_listed(t) for t in java],
+            "left_out": {
+                "count": len(own),
+                "names": own,
+                "why": "the JVM's own threads (garbage collector, compiler, VM thread): they "
+                "run no Java code, so they have no Java thread id and no Java stack",
+            },
+        }
+
     async def stack(self, key: str) -> dict[str, Any]:
-        """One thread of a plain JVM, by the id of ddmd's thread list (its name is looked up
-        in the thread dump), by ``#N`` Java thread id, or by name (exact, else a part)."""
+        """One thread of a plain JVM, by ``#N`` Java thread id (the ids of ``threads``), or by
+        name (exact, else a part)."""
         snapshot = self._owner.snapshot()
         dump, _ = await self.thread_dump()
-        thread, asked_id = self._pick(snapshot, dump, key)
+        thread = self._pick(snapshot, dump, key)
         return {
-            "thread_id": asked_id if asked_id is not None else thread.number,
+            "thread_id": thread.number,
             "thread_name": thread.name,
             "java_id": thread.number,
             "state": thread.state,
@@ -224,29 +243,19 @@ class JvmTools:
     async def stack_trace(self, thread_id: int) -> StackTrace:
         """``VmHandle.stack_trace`` for a plain JVM, in STKL's shape."""
         dump, _ = await self.thread_dump()
-        thread, _ = self._pick(self._owner.snapshot(), dump, str(thread_id))
+        thread = self._pick(self._owner.snapshot(), dump, str(thread_id))
         frames = tuple(
             StackFrame(f.class_name, f.method_name, f.file_name, f.line) for f in thread.frames
         )
         return StackTrace(thread_id, frames)
 
-    def _pick(
-        self, snapshot: VmSnapshot, dump: ThreadDump, key: str
-    ) -> tuple[DumpThread, int | None]:
+    def _pick(self, snapshot: VmSnapshot, dump: ThreadDump, key: str) -> DumpThread:
+        # One numbering: a number is jstack's #N, the id `threads` lists (never the JDWP
+        # object id of ddmd's own connection).
         text = key.strip()
-        asked_id: int | None = None
-        matches: tuple[DumpThread, ...] = ()
-        if text.isascii() and text.isdigit() and snapshot.threads:
-            # ddmd's own thread list (JDWP ids): the thread of that id, found by its name.
-            known = next((t for t in snapshot.threads if t.thread_id == int(text)), None)
-            if known is not None:
-                asked_id = known.thread_id
-                matches = tuple(t for t in dump.threads if t.name == known.name)
-        if not matches:
-            asked_id = None
-            matches = pick_threads(dump.threads, text)
+        matches = pick_threads(dump.threads, text)
         if len(matches) == 1:
-            return matches[0], asked_id
+            return matches[0]
         candidates = tuple(_describe(t) for t in (matches or dump.threads))
         if matches:
             raise TargetError(
@@ -255,6 +264,20 @@ class JvmTools:
                 ambiguous=True,
             )
         raise TargetError(f"no thread {text!r} in VM {snapshot.id}", candidates=candidates)
+
+
+def _listed(thread: DumpThread) -> dict[str, Any]:
+    """A Java thread of the dump as a row of the thread list (no frames)."""
+    return {
+        "id": thread.number,
+        "name": thread.name,
+        "tid": thread.nid,
+        "state": thread.state,
+        "java_state": thread.java_state,
+        "state_detail": thread.state_detail,
+        "daemon": thread.daemon,
+        "priority": thread.priority,
+    }
 
 
 def _describe(thread: DumpThread) -> str:

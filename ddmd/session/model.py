@@ -6,6 +6,7 @@ Layer: standard library, ``ddmd.protocol`` and ``ddmd.session.words`` (sans-IO).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -98,6 +99,37 @@ class DebuggerSnapshot:
         }
 
 
+_JVM_LINE = re.compile(r"JVM version (?P<version>\S+)(?: \((?P<vm>.*)\))?")
+_NOISE = re.compile(r"\(TM\)|\(R\)|\b(?:Java|\d\d-Bit|Server|Client|VM)\b")
+_DALVIK = re.compile(r"^Dalvik v(?P<major>\d+)\.")
+_JDWP_LINE = re.compile(r"^Java Debug Wire Protocol\b.* version (?P<version>\S+)$")
+
+
+def vm_label(vm_ident: str | None, description: str | None) -> str | None:
+    """The one short name of a VM's kind, wherever it is shown: ``OpenJDK 17.0.15`` for a
+    plain JVM (not the three lines of its JDWP banner), ``ART`` or ``Dalvik`` for an Android
+    VM ("Dalvik v2.x" is how ART names itself), a DDM client's own name otherwise."""
+    if vm_ident:
+        match = _DALVIK.match(vm_ident)
+        if match:
+            return "ART" if int(match["major"]) >= 2 else "Dalvik"
+        return vm_ident
+    lines = [line.strip() for line in (description or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    for line in lines:
+        match = _JVM_LINE.search(line)
+        if match:
+            name = (match["vm"] or "").split(",")[0]
+            vendor = " ".join(_NOISE.sub(" ", name).split())
+            return f"{vendor or 'JVM'} {match['version']}"
+    banner = _JDWP_LINE.search(lines[0])
+    if banner:  # only JDWP's own line: the JDK's version, not a product name
+        return f"JVM (JDWP {banner['version']})"
+    first = lines[0]
+    return first if len(first) <= 40 else first[:37] + "..."
+
+
 @dataclass(frozen=True, slots=True)
 class ForesightSnapshot:
     """Foresight on one VM (``session/foresight.py``): whether it is on, the measured round trip
@@ -163,8 +195,10 @@ class VmSnapshot:
         for name in (self.app, self.package):  # the process name, as DDMS showed it
             if name and name not in ("<pre-initialized>",):
                 return name
+        if self.ddm is False and self.pid is not None:  # on this computer or behind adb
+            return f"JVM pid {self.pid}"
         if self.ddm is False and self.source == "tcp":
-            return f"JVM pid {self.pid}" if self.pid is not None else f"JVM at {self.address}"
+            return f"JVM at {self.address}"
         return self.id
 
     def missing(self) -> dict[str, str]:
@@ -204,6 +238,7 @@ class VmSnapshot:
             "connected_at": self.connected_at,
             "foresight": None if self.foresight is None else self.foresight.to_json(),
             "name": self.display_name,
+            "vm_label": vm_label(self.vm_ident, self.description),
             "missing": self.missing(),
             # Why this VM has no logcat (a sentence), or None: it is on a device.
             "logcat": None if self.device else no_logcat_sentence(self.display_name),

@@ -129,6 +129,11 @@
     return vm.name || vm.app || vm.package || vm.address || vm.id;
   }
 
+  function vmLabel(vm) {
+    // An older daemon without vm_label: its ident as it is.
+    return vm.vm_label === undefined ? vm.vm_ident : vm.vm_label;
+  }
+
   // ------------------------------------------------------------------------------ token
 
   function hashParams() {
@@ -365,7 +370,7 @@
   // The VM table is rebuilt only when something it shows changed, so a button under the
   // pointer is not replaced between press and release.
   const VM_FIELDS = [
-    "id", "app", "package", "vm_ident", "description", "pid", "device", "source", "address",
+    "id", "app", "package", "vm_ident", "vm_label", "description", "pid", "device", "source", "address",
     "ddm", "unsupported", "name", "debugger_port", "debugger", "waiting_for_debugger", "state", "current",
     "foresight",
   ];
@@ -410,7 +415,9 @@
       if (vm.package && vm.package !== vm.app) {
         nameCell.appendChild(el("div", { cls: "muted small", text: vm.package }));
       }
-      if (vm.vm_ident) nameCell.appendChild(el("div", { cls: "muted small", text: vm.vm_ident }));
+      // The daemon's one label of the VM's kind ("ART", "OpenJDK 17.0.15"), as `ddmd clients`.
+      const label = vmLabel(vm);
+      if (label) nameCell.appendChild(el("div", { cls: "muted small vm-label", text: label }));
       if (vm.debugger_port !== null && vm.debugger_port !== undefined) {
         // Its own port: a debugger there always reaches this VM, current or not.
         nameCell.appendChild(el("div", {
@@ -563,13 +570,20 @@
     return null;
   }
 
+  function gcMissingReason(vm) {
+    if (!vm) return "This VM is gone.";
+    if (vm.ddm === false) return state.jvmHeapWhy || null; // GC.run: the attach API, as GC.heap_info
+    const why = (vm.missing || {}).HPGC;
+    return why ? why + "." : null;
+  }
+
   function updateShownVm() {
     const id = state.shown;
     if (!id) return;
     const vm = shownVm();
     setText($("detail-title"), vm ? vmName(vm) : id);
     const sub = vm
-      ? [vm.id, vm.pid !== null ? `pid ${vm.pid}` : null, vm.vm_ident, vm.abi].filter(Boolean).join(" · ")
+      ? [vm.id, vm.pid !== null ? `pid ${vm.pid}` : null, vmLabel(vm), vm.abi].filter(Boolean).join(" · ")
       : id;
     setText($("detail-sub"), sub);
     note($("detail-note"), vm ? "" : "This VM is gone: ddmd lost its connection.");
@@ -602,8 +616,11 @@
     }
     const heapReason = heapMissingReason(vm);
     const gc = $("gc");
-    gc.disabled = state.gcRunning || (Boolean(heapReason) && (!vm || vm.ddm !== null));
-    gc.title = heapReason || "Run a garbage collection and fetch the heap segments";
+    // Enabled wherever `ddmd gc` works: a VM without heap figures or segments may still
+    // collect (HPGC); only a VM that cannot (or a JVM that cannot be attached) is refused.
+    const gcReason = gcMissingReason(vm);
+    gc.disabled = state.gcRunning || (Boolean(gcReason) && (!vm || vm.ddm !== null));
+    gc.title = gcReason || (heapReason ? "Run a garbage collection" : "Run a garbage collection and fetch the heap segments");
     if (heapReason) {
       note($("heap-note"), heapReason);
     } else if (vm && vm.ddm === false) {
@@ -686,7 +703,7 @@
       if (reason && vm.ddm !== null) return 0; // it will not come: stop asking
       return THREAD_SLOW_MS;
     }
-    note($("threads-note"), "");
+    note($("threads-note"), leftOut(body));
     showThreadTable(true);
     const tbody = table.tBodies[0];
     const existing = new Map();
@@ -717,7 +734,18 @@
     for (const [key, row] of existing) if (!seen.has(key)) row.remove();
     setText($("threads-count"), `${threads.length}`);
     setText($("threads-age"), "updated " + clock(new Date()));
-    return body.dump ? THREAD_SLOW_MS : THREAD_INTERVAL_MS;
+    // A plain JVM's list from its thread dump: each dump is a safepoint in the JVM.
+    return body.dump || body.source === "Thread.print" ? THREAD_SLOW_MS : THREAD_INTERVAL_MS;
+  }
+
+  // What a plain JVM's thread list leaves out and why (the daemon's words; `ddmd threads`
+  // prints the same line).
+  function leftOut(body) {
+    const out = body.left_out;
+    if (!out) return "";
+    const count = out.count === null || out.count === undefined ? "" : `${out.count} threads, `;
+    const names = out.names && out.names.length ? `: ${out.names.join(", ")}` : "";
+    return `Left out: ${count}${out.why}${names}.`;
   }
 
   function showThreadTable(visible) {
@@ -1159,6 +1187,12 @@
         state.jvmHeap = done.jvm_heap || state.jvmHeap;
         state.jvmHeapAt = new Date();
         setText($("heap-status"), `GC done at ${clock(new Date())} (GC.run)`);
+        return;
+      }
+      if (((shownVm() || {}).missing || {}).HPSG) { // known: no segments come, the GC only
+        await apiJson(vmPath(id) + "/gc", { method: "POST" });
+        if (state.shown !== id) return;
+        setText($("heap-status"), `GC requested at ${clock(new Date())} (no heap segments from this VM)`);
         return;
       }
       const body = await apiJson(vmPath(id) + "/heap/dump", { method: "POST" });
