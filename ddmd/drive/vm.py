@@ -265,7 +265,7 @@ class VmDriver:
         }
 
     def _foresight_counts(self) -> dict[str, int]:
-        f = self._session.router.foresight_statistics()
+        f = self._session.router.foresight.statistics()
         return {
             "answered_cache": f.answered_cache,
             "answered_speculation": f.answered_speculation,

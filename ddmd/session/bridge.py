@@ -5,13 +5,13 @@ Layer: standard library and ``ddmd.protocol`` only (sans-IO: no sockets, no cloc
 log lines are ``Log`` commands). The ``Router`` owns one ``Bridge`` and hands it the commands,
 replies and events these rules are about; the bridge answers through the router (``BridgeHost``).
 
-Event ownership. A debugger's EventRequest.Set reply gives the requestID it owns (with the
-suspend policy it asked for). Its Clear of its own request goes to the VM; a Clear of a request
-it does not own is answered here as OpenJDK's agent answers a Clear of an unknown id: an empty
-success reply (``eventHandler_freeByID`` returns NONE when nothing matches; an event kind the
-agent does not know gets INVALID_EVENT_TYPE), and never reaches the VM. ClearAllBreakpoints
-becomes one EventRequest.Clear per breakpoint request of the sender, answered when the VM has
-answered them all (at once when it owns none).
+Event ownership (``requests.py``). A debugger's EventRequest.Set reply gives the requestID it owns
+(with the suspend policy it asked for). Its Clear of its own request goes to the VM; a Clear of a
+request it does not own is answered here as OpenJDK's agent answers a Clear of an unknown id: an
+empty success reply (``eventHandler_freeByID`` returns NONE when nothing matches; an event kind the
+agent does not know gets INVALID_EVENT_TYPE), and never reaches the VM. ClearAllBreakpoints becomes
+one EventRequest.Clear per breakpoint request of the sender, answered when the VM has answered them
+all (at once when it owns none).
 
 Event split (``split.py``). Each debugger receives a composite with only its own events, under
 the suspend policy it asked for; requestID 0 events go to every debugger; a debugger that gets
@@ -42,7 +42,7 @@ once the VM's IDSizes reply has been seen (JDI asks for it first); before that t
 untracked, and the log says so.
 
 HoldEvents/ReleaseEvents are per debugger: answered here; that debugger's events wait in a queue
-(bounded: past ``MAX_HELD_EVENTS`` it gets them at once, and the log says so).
+(``holding.py``; bounded: past ``MAX_HELD_EVENTS`` it gets them at once, and the log says so).
 
 Pins (``pins.py``): ObjectReference.DisableCollection/EnableCollection are counted per debugger
 and object once the VM carried them out.
@@ -57,8 +57,8 @@ DDM (``release``: the commands under an origin of its own, and the ids it waits 
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from ddmd.protocol.errors import ProtocolError
@@ -88,8 +88,10 @@ from ddmd.protocol.jdwpevents import (
     encode_object_id,
 )
 from ddmd.session.commands import Command, Log
+from ddmd.session.holding import Holding
 from ddmd.session.lanes import BRIDGE, keys_of
 from ddmd.session.pins import Pins
+from ddmd.session.requests import Requests
 from ddmd.session.split import Request, split
 from ddmd.session.suspensions import ALL_THREADS, RESUME_ALL, Ledger, Op, Suspension, ThreadSet
 
@@ -120,9 +122,6 @@ BRIDGED: Final = keys_of(BRIDGE)
 #: Of those, the ones that matter only while several debuggers are attached (what a debugger
 #: sees of threads others hold); with one debugger they go straight to the VM.
 SHARED_VIEW: Final = keys_of(BRIDGE, several=True)
-
-MAX_HELD_EVENTS: Final = 4096
-MAX_RETIRED: Final = 4096
 
 
 class _BridgeOrigin:
@@ -161,12 +160,6 @@ class BridgeHost(Protocol):
         ...
 
     def bridge_to_debugger(self, debugger: int, data: bytes) -> list[Command]: ...
-
-
-@dataclass(slots=True)
-class _Member:
-    holding: bool = False
-    queue: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -250,21 +243,18 @@ class Bridge:
     def __init__(self, host: BridgeHost) -> None:
         self.host = host
         self.sizes: IdSizes | None = None
-        self.requests: dict[int, Request] = {}
-        self.retired: dict[int, None] = {}  # cleared requests, newest last (bounded)
+        self.requests = Requests()  # who owns each event request (requests.py)
         self.ledger = Ledger()
         self.watch: dict[int, _Watch] = {}  # VM-side id -> what its reply means here
-        self.members: dict[int, _Member] = {}
+        self.holding = Holding()  # HoldEvents/ReleaseEvents (holding.py)
         self.pins = Pins()
-        self.hidden: set[int] = set()  # ddmd's own requests (CLASS_UNLOAD): events to nobody
 
     def reset(self) -> None:
         """The VM dropped every debugger's state (a new connection, or a release)."""
-        self.requests.clear()
-        self.retired.clear()
+        self.requests.reset()  # (ddmd's own stay: the VM keeps them)
         self.ledger.clear()
         self.watch.clear()
-        self.members.clear()  # (``hidden`` stays: the VM keeps ddmd's requests)
+        self.holding.clear()
         self.pins.clear()
 
     def hidden_from(self, debugger: int, packet: CommandPacket) -> bool:
@@ -280,18 +270,10 @@ class Bridge:
         """How many suspensions ``debugger`` holds."""
         return self.ledger.held_by(debugger)
 
-    def owned_by(self, debugger: int) -> int:
-        """How many event requests ``debugger`` owns."""
-        return sum(1 for r in self.requests.values() if r.owner == debugger)
-
-    def suspend_count(self, debugger: int, thread: int) -> int:
-        """The suspend count of ``thread`` as ``debugger`` would see it alone."""
-        return self.ledger.count(debugger, thread)
-
     # ------------------------------------------------------------------ debuggers
 
     def joined(self, debugger: int) -> None:
-        self.members[debugger] = _Member()
+        self.holding.joined(debugger)
 
     def left(self, debugger: int, dropped: tuple[Pending, ...]) -> list[Command]:
         """``debugger`` left while others stay: ``departed``, then ``release``."""
@@ -310,7 +292,7 @@ class Bridge:
         for watch in self.watch.values():
             if isinstance(watch, _GateWatch) and watch.gate.debugger == debugger:
                 watch.gate.alive = False
-        self.members.pop(debugger, None)
+        self.holding.left(debugger)
 
     def release(
         self, debugger: int, origin: Hashable | None = None, deadline: float = math.inf
@@ -321,9 +303,9 @@ class Bridge:
         ``origin`` the commands carry it (its owner hears every reply, by ``deadline``),
         without, their replies are consumed here."""
         sends: list[_Send] = []
-        mine = [rid for rid, r in self.requests.items() if r.owner == debugger]
-        for rid in mine:
-            data = EventRequestClear(self._retire(rid).kind, rid).encode()
+        mine = self.requests.retire_all(debugger)
+        for rid, kind in mine:
+            data = EventRequestClear(kind, rid).encode()
             sends.append((REQUEST, _CLEAR, data, _Quiet("clear of a departed debugger's request")))
         held, ops = self.ledger.release(debugger)
         sends += self._op_sends(ops)
@@ -367,16 +349,11 @@ class Bridge:
                 log.fields["others"] = others
                 return [log, *self.host.bridge_forward(debugger, packet)[1]]
             if c == VirtualMachineCommand.HOLD_EVENTS:
-                self._member(debugger).holding = True
+                self.holding.hold(debugger)
                 return self._reply(debugger, packet.id)
             if c == VirtualMachineCommand.RELEASE_EVENTS:
-                member = self._member(debugger)
-                member.holding = False
-                queued, member.queue = member.queue, []
                 out = self._reply(debugger, packet.id)
-                for data in queued:
-                    out += self.host.bridge_to_debugger(debugger, data)
-                return out
+                return out + self._to(debugger, self.holding.release(debugger))
         elif cs == THREAD:
             thread = self._thread_of(packet)
             if thread is None:
@@ -415,9 +392,6 @@ class Bridge:
             if c == _CLEAR_ALL_BREAKPOINTS:
                 return self._clear_breakpoints(debugger, packet)
         return self.host.bridge_forward(debugger, packet)[1]
-
-    def _member(self, debugger: int) -> _Member:
-        return self.members.setdefault(debugger, _Member())
 
     def _alone(self, debugger: int) -> bool:
         return self.host.attached() == (debugger,)
@@ -467,40 +441,21 @@ class Bridge:
         if len(packet.data) < 5:
             return self.host.bridge_forward(debugger, packet)[1]  # the VM answers the error
         clear = EventRequestClear.decode(packet.data[:5])  # the agent reads these 5 bytes only
-        request = self.requests.get(clear.request_id)
-        if request is None or request.owner != debugger:
-            # Not the sender's: answered as the VM answers a Clear of an unknown request.
-            error = 0 if clear.event_kind in CLEARABLE_KINDS else ErrorCode.INVALID_EVENT_TYPE
-            return self._reply(debugger, packet.id, error)
-        if request.kind == clear.event_kind:
-            self._retire(clear.request_id)
-        return self.host.bridge_forward(debugger, packet)[1]
+        if self.requests.clearing(debugger, clear.request_id, clear.event_kind):
+            return self.host.bridge_forward(debugger, packet)[1]
+        # Not the sender's: answered as the VM answers a Clear of an unknown request.
+        error = 0 if clear.event_kind in CLEARABLE_KINDS else ErrorCode.INVALID_EVENT_TYPE
+        return self._reply(debugger, packet.id, error)
 
     def _clear_breakpoints(self, debugger: int, packet: CommandPacket) -> list[Command]:
-        mine = [
-            rid
-            for rid, r in self.requests.items()
-            if r.owner == debugger and r.kind == EventKind.BREAKPOINT
-        ]
+        mine = self.requests.retire_all(debugger, EventKind.BREAKPOINT)
         if not mine:
             return self._reply(debugger, packet.id)
         gate = _Gate(debugger, packet.id, len(mine))
         out: list[Command] = []
-        for rid in mine:
-            self._retire(rid)
-            out += self._clear(EventKind.BREAKPOINT, rid, _GateWatch(gate))
+        for rid, kind in mine:
+            out += self._clear(kind, rid, _GateWatch(gate))
         return out
-
-    def _retire(self, request_id: int) -> Request:
-        """A request is being cleared: its events still on their way are dropped."""
-        request = self.requests.pop(request_id)
-        self._retired(request_id)
-        return request
-
-    def _retired(self, request_id: int) -> None:
-        self.retired[request_id] = None
-        if len(self.retired) > MAX_RETIRED:
-            del self.retired[next(iter(self.retired))]
 
     def _clear(self, kind: int, request_id: int, watch: _Watch) -> list[Command]:
         data = EventRequestClear(kind, request_id).encode()
@@ -525,7 +480,7 @@ class Bridge:
                 request_id = decode_int(packet.data)
             except ProtocolError as exc:
                 return packet, [Log("vm.protocol_error", "warning", {"error": str(exc)})]
-            self.requests[request_id] = Request(watch.debugger, watch.kind, watch.policy)
+            self.requests.add(request_id, Request(watch.debugger, watch.kind, watch.policy))
         elif isinstance(watch, _PinWatch) and not error:
             self.pins.change(watch.debugger, watch.obj, watch.delta)
         elif isinstance(watch, _SuspendWatch) and error:
@@ -548,7 +503,7 @@ class Bridge:
         if isinstance(watch, _OrphanSet):
             if not packet.error_code and len(packet.data) >= 4:
                 request_id = decode_int(packet.data)
-                self._retired(request_id)
+                self.requests.retire(request_id)  # never owned: its sender left
                 out += self._clear(watch.kind, request_id, _Quiet("clear of an orphaned request"))
         elif isinstance(watch, _GateWatch):
             gate = watch.gate
@@ -647,8 +602,9 @@ class Bridge:
             composite = decode_composite(packet.data, self.sizes)
         except ProtocolError as exc:
             return self._undivided(packet, raw, attached, str(exc))
-        retired: Container[int] = self.retired.keys() | self.hidden if self.hidden else self.retired
-        parts = split(composite, self.requests, attached, retired, self.sizes)
+        parts = split(
+            composite, self.requests.by_id(), attached, self.requests.dropped(), self.sizes
+        )
         out: list[Command] = [
             Log("vm.event_dropped", "debug", {"kind": e.kind, "request": e.request_id})
             for e in parts.dropped
@@ -665,19 +621,14 @@ class Bridge:
         return out + self._suspended(vm_policy, parts.thread, grants)
 
     def _deliver(self, debugger: int, data: bytes) -> list[Command]:
-        member = self._member(debugger)
-        if not member.holding:
-            return self.host.bridge_to_debugger(debugger, data)
-        member.queue.append(data)
-        if len(member.queue) <= MAX_HELD_EVENTS:
-            return []
-        member.holding = False
-        queued, member.queue = member.queue, []
-        fields = {"debugger": debugger, "events": len(queued)}
-        out: list[Command] = [Log("debugger.hold_overflowed", "warning", fields)]
-        for item in queued:
-            out += self.host.bridge_to_debugger(debugger, item)
-        return out
+        now, overflowed = self.holding.deliver(debugger, data)
+        if not overflowed:
+            return self._to(debugger, now)
+        fields = {"debugger": debugger, "events": len(now)}
+        return [Log("debugger.hold_overflowed", "warning", fields), *self._to(debugger, now)]
+
+    def _to(self, debugger: int, packets: list[bytes]) -> list[Command]:
+        return [c for data in packets for c in self.host.bridge_to_debugger(debugger, data)]
 
     def _suspended(
         self, vm_policy: int, vm_thread: int | None, grants: dict[int, tuple[int, int | None]]

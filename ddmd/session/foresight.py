@@ -53,7 +53,7 @@ from typing import Final, Protocol
 from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.jdwp import CommandPacket, EventKind, IdSizes, ReplyPacket, SuspendPolicy
 from ddmd.protocol.jdwpevents import EventRequestSet, decode_composite, decode_int
-from ddmd.session.commands import Command
+from ddmd.session.commands import Command, Log
 from ddmd.session.plan import CLASS_DATA, METHOD_DATA, jdi_visible_slots, read_frames, read_threads
 from ddmd.session.split import first_thread
 from ddmd.session.stability import ENDING_KEYS, FRAME_KEYS, REDEFINES, STABILITY, Validity
@@ -309,16 +309,20 @@ class Foresight:
             return []
         return self._landed(flight, packet)[0]
 
-    def left(self, debugger: int, last: bool) -> int:
-        """``debugger`` left; ``last``: no debugger is attached now. Returns how many of its
-        commands were answered here."""
+    def left(self, debugger: int, last: bool) -> list[Command]:
+        """``debugger`` left; ``last``: no debugger is attached now. Returns the log line of
+        how many of its commands were answered here (none when none were)."""
         for flight in self.flights.values():
             flight.waiters = [w for w in flight.waiters if w[0] != debugger]
         if last:
             self._drop_scoped()
             self._classes_gone()
             self.suspended = _NOT_SUSPENDED
-        return self.by_debugger.pop(debugger, 0)
+        answered = self.by_debugger.pop(debugger, 0)
+        if not answered:
+            return []
+        fields = {"debugger": debugger, "answered": answered, "saved": answered * (self.rtt or 0.0)}
+        return [Log("debugger.foresight", fields=fields)]
 
     # ------------------------------------------------------------------ the VM's events
 

@@ -97,7 +97,7 @@ class Release:
         counted = item.kind.debugs_from_handshake
         closed = self._lifecycle.state == "closed"
         if closed or (counted and count >= settings.max_debuggers):
-            holders = router.holders()
+            holders = router.consumers.holders()
             if closed:
                 reason = f"{vm_id} is gone"
             elif settings.max_debuggers == 1:
@@ -146,7 +146,7 @@ class Release:
         for consumer in list(self._waits):
             if consumer in connected:
                 self.attached(consumer)
-        for consumer, commands, leaving in router.replay_held():
+        for consumer, commands, leaving in router.intake.replay_held():
             debugging = consumer in router.attached()
             for command in commands:
                 self._host.emit(command)
@@ -226,7 +226,7 @@ class Release:
         if self._keeping is not None:
             self._keeping.over = True
             self._keeping = None
-        for command in self._router.refuse_held(ErrorCode.VM_DEAD):
+        for command in self._router.intake.refuse_held(ErrorCode.VM_DEAD):
             host.emit(command)
         consumers = self._router.connected_consumers()
         for consumer in consumers:

@@ -68,7 +68,7 @@ from ddmd.session.bridge import BRIDGE_ORIGIN, Bridge
 from ddmd.session.commands import Command, Log, SendToDebugger, SendToVm
 from ddmd.session.consumers import DEBUGGER, Consumer, ConsumerKind, ConsumerTable, DebuggerOrigin
 from ddmd.session.ddmshare import DdmShare
-from ddmd.session.foresight import FORESIGHT_ORIGIN, Foresight, ForesightStatistics
+from ddmd.session.foresight import FORESIGHT_ORIGIN, Foresight
 from ddmd.session.intake import Intake
 from ddmd.session.lanes import OFF_LANE, READ_REPLIES, RECORDED, SLOW
 from ddmd.session.pieces import Pieces
@@ -195,9 +195,6 @@ class Router:
         """Consumers that count as debuggers now."""
         return self.consumers.debugging_count
 
-    def foresight_statistics(self) -> ForesightStatistics:
-        return self.foresight.statistics()
-
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(
             self.packets_to_vm,
@@ -223,15 +220,6 @@ class Router:
         consumer = self.consumers.by_id.get(number)
         return consumer is not None and consumer.attached
 
-    def is_waiting(self, number: int) -> bool:
-        return number in self.consumers.waiting
-
-    def holders(self) -> list[tuple[str, str]]:
-        return self.consumers.holders()
-
-    def peers(self) -> list[str]:
-        return self.consumers.peers()
-
     def debugger_statistics(self, number: int) -> tuple[int, int, int, int] | None:
         """(packets in, packets out, bytes in, bytes out) of one consumer."""
         return self.consumers.statistics(number)
@@ -243,7 +231,7 @@ class Router:
         self._decoder = self._new_decoder()
         self.pieces.reset()
         self.share.reset()
-        self.bridge.hidden.clear()  # request ids restart with the connection
+        self.bridge.requests.unhide()  # request ids restart with the connection
         out = self.connected_again()
         if leftover:
             out += self.vm_data(leftover)
@@ -530,21 +518,8 @@ class Router:
         answered here (a log line), and the last one leaving drops method data."""
         attached, debugging, out = self.intake.debugger_left(number)
         if debugging:
-            answered = self.foresight.left(number, not self.attached_count)
-            if answered:
-                rtt = self.foresight.rtt or 0.0
-                fields = {"debugger": number, "answered": answered, "saved": answered * rtt}
-                out.append(Log("debugger.foresight", fields=fields))
+            out += self.foresight.left(number, not self.attached_count)
         return attached, debugging, out
-
-    def replay_held(self) -> list[tuple[int, list[Command], str | None]]:
-        """The commands consumers sent while the connection was not usable, taken now
-        (``Intake.replay_held``): per consumer, the commands and why it leaves (None: stays)."""
-        return self.intake.replay_held()
-
-    def refuse_held(self, error: int) -> list[Command]:
-        """The VM is gone: every held command answered with JDWP ``error``."""
-        return self.intake.refuse_held(error)
 
     def relay_from_debugger(self, number: int, data: bytes) -> DebuggerLane | None:
         """The relay lane's decision for bytes from a consumer, which changes nothing: when
@@ -614,7 +589,7 @@ class ForesightLink:
         return self.router.bridge.hidden_from(debugger, packet)
 
     def foresight_hide_request(self, request_id: int) -> None:
-        self.router.bridge.hidden.add(request_id)  # its events reach no debugger
+        self.router.bridge.requests.hide(request_id)  # its events reach no debugger
 
     def foresight_switched(self, on: bool) -> None:
         """Foresight's commands leave the relay lanes while it is on (``lanes`` when off)."""

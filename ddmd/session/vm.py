@@ -466,7 +466,7 @@ class VmSession:
 
     def consumer_waiting(self, number: int) -> bool:
         """The consumer's handshake is held until the VM connection is ready."""
-        return self.router.is_waiting(number)
+        return number in self.router.consumers.waiting
 
     def consumer_state(self, number: int) -> tuple[int, int, int, bool] | None:
         """(packets in, packets out, threads it holds suspended, debugging) of an attached
@@ -492,7 +492,7 @@ class VmSession:
             # A plain JVM found by the port scan: named like jps does (pid, main class or jar).
             pid = self.process_pid if pid is None else pid
             app = self.process_name if app is None else app
-        peers = self.router.peers()
+        peers = self.router.consumers.peers()
         return VmSnapshot(
             id=self.vm_id,
             source=self.source,
@@ -524,7 +524,7 @@ class VmSession:
         )
 
     def _foresight(self) -> ForesightSnapshot:
-        f = self.router.foresight_statistics()
+        f = self.router.foresight.statistics()
         return ForesightSnapshot(
             f.on, f.rtt, f.answered_cache, f.answered_speculation, f.speculated, f.wasted
         )

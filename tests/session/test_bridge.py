@@ -24,6 +24,7 @@ from ddmd.protocol.jdwp import (
     encode,
 )
 from ddmd.session import bridge as bridge_module
+from ddmd.session import holding as holding_module
 from ddmd.session.commands import CloseDebugger, Command, Log, Reconnect, SendToDebugger, SendToVm
 from ddmd.session.inputs import (
     ConsumerBytes,
@@ -192,7 +193,7 @@ def test_each_debugger_receives_only_the_events_of_its_own_requests() -> None:
         >> VmBytes(composite(NONE, bp(5)))
         << SendToDebugger(1, composite(NONE, bp(5)))
     )
-    assert (h.bridge.owned_by(1), h.bridge.owned_by(2)) == (1, 1)
+    assert (h.bridge.requests.owned_by(1), h.bridge.requests.owned_by(2)) == (1, 1)
 
 
 def test_a_composite_is_split_each_part_under_the_policy_its_debugger_asked_for() -> None:
@@ -219,7 +220,7 @@ def test_a_debugger_is_told_its_own_policy_and_the_rest_is_released_at_once() ->
         << SendToVm(cmd(3, T_SUSPEND, tid(T1)))
         << SendToVm(cmd(4, RESUME))
     )
-    assert h.bridge.suspend_count(1, T1) == 1
+    assert h.bridge.ledger.count(1, T1) == 1
 
 
 def test_a_class_prepared_by_a_debugger_thread_suspends_all_as_the_vm_says() -> None:
@@ -300,7 +301,7 @@ def test_clear_of_an_own_request_goes_to_the_vm_and_its_late_events_are_dropped(
         << SendToDebugger(1, reply(5))
         >> VmBytes(reply(4))  # ddmd's own: consumed
     )
-    assert h.bridge.owned_by(1) == 0
+    assert h.bridge.requests.owned_by(1) == 0
 
 
 def test_clear_of_a_request_the_sender_does_not_own_is_answered_here() -> None:
@@ -320,7 +321,7 @@ def test_clear_of_a_request_the_sender_does_not_own_is_answered_here() -> None:
         >> VmBytes(composite(NONE, bp(5)))
         << SendToDebugger(1, composite(NONE, bp(5)))
     )
-    assert h.bridge.owned_by(1) == 1
+    assert h.bridge.requests.owned_by(1) == 1
 
 
 def test_clear_all_breakpoints_clears_only_the_sender_s_breakpoints() -> None:
@@ -344,7 +345,7 @@ def test_clear_all_breakpoints_clears_only_the_sender_s_breakpoints() -> None:
         >> VmBytes(composite(NONE, bp(7)))
         << SendToDebugger(2, composite(NONE, bp(7)))
     )
-    assert (h.bridge.owned_by(1), h.bridge.owned_by(2)) == (1, 1)
+    assert (h.bridge.requests.owned_by(1), h.bridge.requests.owned_by(2)) == (1, 1)
 
 
 def test_clear_all_breakpoints_without_any_is_answered_at_once() -> None:
@@ -610,7 +611,7 @@ def test_hold_events_keeps_that_debugger_s_events_until_it_releases_them() -> No
 
 
 def test_held_events_past_the_bound_are_given_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bridge_module, "MAX_HELD_EVENTS", 2)
+    monkeypatch.setattr(holding_module, "MAX_HELD_EVENTS", 2)
     h = ready(1)
     owns(h, 1, 3, 2, request=5, policy=NONE)
     events = [composite(NONE, bp(5), packet_id=0x100 + i) for i in range(3)]
@@ -662,7 +663,7 @@ def test_a_departing_debugger_s_requests_are_cleared_and_its_suspensions_release
         << SendToVm(cmd(10, RESUME))
     )
     assert h.bridge.ledger.suspensions == []
-    assert h.bridge.owned_by(2) == 1
+    assert h.bridge.requests.owned_by(2) == 1
     assert len(h.router.ids) == 1  # debugger 2's resume; nothing of debugger 1's is pending
 
 

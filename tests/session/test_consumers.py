@@ -58,7 +58,7 @@ def test_a_front_socket_that_speaks_ddm_only_is_listed_but_is_no_debugger() -> N
     assert router.connected_consumers() == (1,)
     assert router.attached() == ()
     assert router.debugger_count() == 0  # it does not count against [debugger] max_per_vm
-    (line,) = router.peers()
+    (line,) = router.consumers.peers()
     assert line.startswith("java (ddmlib) 127.0.0.1:50001 via front")
 
 

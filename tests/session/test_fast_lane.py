@@ -667,7 +667,7 @@ def test_event_request_set_gives_the_sender_its_request() -> None:
         << SLOW
         << SendToDebugger(1, composite(NONE, bp(5)))  # debugger 1's alone
     )
-    assert h.bridge.owned_by(1) == 1
+    assert h.bridge.requests.owned_by(1) == 1
 
 
 def test_event_request_clear_of_another_s_request_is_answered_here() -> None:

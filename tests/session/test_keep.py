@@ -181,7 +181,7 @@ def test_the_last_debugger_s_holdings_are_released_and_the_connection_kept() -> 
     assert k.lifecycle.state == "ready"
     assert k.router.ready
     assert not k.release.under_way
-    assert k.router.bridge.requests == {}
+    assert k.router.bridge.requests.by_id() == {}
     assert k.router.bridge.pins.held_by(1) == 0
     k.attach(2)  # answered at once, on the same connection
 
