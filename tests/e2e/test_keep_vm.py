@@ -18,6 +18,7 @@ import shutil
 import pytest
 import trio
 
+from tests.actors.needs import skip_or_fail
 from tests.actors.rawpeers import free_port_range, monitor
 from tests.e2e.test_bridge_jvm import (
     BREAK_LINE,
@@ -46,7 +47,7 @@ async def connections_to(port: int) -> list[str]:
     (``ss -tnH state established dst 127.0.0.1:PORT``)."""
     ss = shutil.which("ss")
     if ss is None:
-        pytest.skip("ss (iproute2) is not installed")
+        skip_or_fail("ss (iproute2) is not installed")
     with trio.fail_after(WAIT):
         result = await trio.run_process(
             [ss, "-tnH", "state", "established", "dst", f"127.0.0.1:{port}"],
