@@ -267,24 +267,13 @@ class SlowBrokenPolicy(BrokenPolicy):
         return None  # no quick answer: the lookup in the thread fails
 
 
-async def test_a_failing_lookup_in_the_thread_refuses_too(clients) -> None:
-    guard = PeerGuard(SlowBrokenPolicy(frozenset({ME, 0})))
-    accepted: list[trio.SocketStream] = []
-    listener, port = await open_guarded(guard, "control")
-    with trio.fail_after(CAP):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(accept_into, listener, accepted)
-            client = socket.socket()
-            clients.append(client)
-            await connect(client, port, b"GET / HTTP/1.1\r\n\r\n")
-            assert await read_all(client) == b""
-            assert accepted == []
-            nursery.cancel_scope.cancel()
-    assert guard.refused_counts()["control"] == 1
-
-
-async def test_a_failing_check_refuses(clients) -> None:
-    guard = PeerGuard(BrokenPolicy(frozenset({ME, 0})))
+@pytest.mark.parametrize(
+    "policy",
+    [BrokenPolicy, SlowBrokenPolicy],
+    ids=["the quick check fails", "the lookup in the thread fails"],
+)
+async def test_a_failing_check_refuses(clients, policy) -> None:
+    guard = PeerGuard(policy(frozenset({ME, 0})))
     accepted: list[trio.SocketStream] = []
     listener, port = await open_guarded(guard, "control")
     with trio.fail_after(CAP):

@@ -171,7 +171,7 @@ async def run_program(jdk: Jdk, app: Path, port: int) -> AsyncIterator[Jvm]:
 
 
 async def test_a_breakpoint_on_a_line_of_the_redefined_class_hits(jdk, tmp_path):
-    app, new_class, agent, tools = build(tmp_path)
+    app, new_class, agent, tools = await trio.to_thread.run_sync(build, tmp_path)  # javac, jar
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
         async with monitor([port], tmp_path) as h, run_program(jdk, app, port) as jvm:
