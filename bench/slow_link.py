@@ -301,8 +301,28 @@ def measure(path: Path_, client: str, work: Path, line: int, steps: int) -> Run:
     path.settle(released)
     if ddmd is not None and before is not None:
         run.cpu_ms = proc.spent(before, proc.schedstat(ddmd.child.pid)) / 1e6
-    attribute(run, path.line.take())
+    taken = path.line.take()
+    attribute(run, taken)
+    if TIMELINE is not None:
+        write_timeline(TIMELINE, f"{path.name} {client}", run, taken)
     return run
+
+
+TIMELINE: Path | None = None  # --timeline
+
+
+def write_timeline(out: Path, title: str, run: Run, taken: Taken) -> None:
+    """Appends one session's timeline: each command that crossed the link, in ms from the start
+    of the phase it fell in (the critical path of a stop shows as its gaps of one RTT)."""
+    starts = sorted((start, name) for name, (start, _) in run.phases.items())
+    lines = [f"# {title} ({run.seconds:.3f} s)"]
+    for t, cs, cmd in taken.commands:
+        before = [(s, n) for s, n in starts if s <= t]
+        start, name = before[-1] if before else (starts[0][0], "before")
+        what = "connect" if cs == 0 else f"{cs}/{cmd}"
+        lines.append(f"{name:8} {1000 * (t - start):8.1f} ms  {what}")
+    with out.open("a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,7 +610,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-adb", action="store_true", help="only the scan pair")
     parser.add_argument("--skip-jdb", action="store_true", help="only the IDE client")
     parser.add_argument("--keep", type=Path, help="copy the work dir (views, ddmd logs) here")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        help="write each session's link commands (ms into each phase, set/command) to this file",
+    )
     args = parser.parse_args(argv)
+    global TIMELINE
+    TIMELINE = args.timeline
     args.rtt = [float(x) for x in (args.rtt or ("20" if args.quick else "0,5,20,50")).split(",")]
     args.rounds = args.rounds or (1 if args.quick else 3)
     missing = [

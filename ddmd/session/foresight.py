@@ -43,7 +43,6 @@ router sends: Version, the thread poll, DDM requests, foresight's own) is over `
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import deque
 from collections.abc import Callable
@@ -54,7 +53,8 @@ from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.jdwp import CommandPacket, EventKind, IdSizes, ReplyPacket, SuspendPolicy
 from ddmd.protocol.jdwpevents import EventRequestSet, decode_composite, decode_int
 from ddmd.session.commands import Command, Log
-from ddmd.session.plan import CLASS_DATA, METHOD_DATA, jdi_visible_slots, read_frames, read_threads
+from ddmd.session.follow import Context, next_asks
+from ddmd.session.learned import BY_COUNT, Learned
 from ddmd.session.split import first_thread
 from ddmd.session.stability import ENDING_KEYS, FRAME_KEYS, REDEFINES, STABILITY, Validity
 
@@ -67,10 +67,9 @@ _LASTING_CLASS: Final = frozenset({Validity.CLASS_STRUCTURE, Validity.METHOD_DAT
 _NOT_SUSPENDED, _ALL, _THREAD = 0, 2, 1
 _ALPHA: Final = 0.125  # the smoothing of the round trip (TCP's SRTT)
 _MAX_TIMED: Final = 256
-_MAX_SHAPES: Final = 3
 _FRAMES_KEY: Final = 0x0B06
-_BY_COUNT: Final = b"count"  # a Frames shape: (0, the FrameCount reply)
-_MAX_FRAMES: Final = 30  # frames of a Frames reply whose class data is asked
+_OBJECT_VALUES: Final = 0x0902  # ObjectReference.GetValues
+_VALUES: Final = frozenset({b"\x09\x02", b"\x10\x01"})  # replies of tagged values
 
 
 class _ForesightOrigin:
@@ -178,7 +177,7 @@ class Foresight:
         self.own_inflight = 0
         self.held = 0
         self.timed: dict[int, float] = {}  # VM-side id of ddmd's own command -> sent at
-        self.shapes: dict[bytes, None] = {b"\x00\x00\x00\x00\xff\xff\xff\xff": None}
+        self.learned = Learned()  # learned.py: Frames ranges, field lists, the next session
         self.unload_request: int | None = None
         self.unload_asked = False
         self.answered_cache = 0
@@ -203,6 +202,7 @@ class Foresight:
         self.unload_request = None
         self.unload_asked = False
         self.suspended = _NOT_SUSPENDED
+        self.learned.reset()
 
     def statistics(self) -> ForesightStatistics:
         return ForesightStatistics(
@@ -265,6 +265,8 @@ class Foresight:
         scoped = validity in _SCOPED
         if k == _FRAMES_KEY and self.thread:
             self._learn_shape(packet.data)
+        elif k == _OBJECT_VALUES:
+            self._learn_fields(packet.data)
         if scoped and not self._servable(k, packet.data, validity):
             return None
         entry = (self.scoped if scoped else self.lasting).get(key)
@@ -307,7 +309,11 @@ class Foresight:
         flight = self.flights.pop(vm_id, None)
         if flight is None:
             return []
-        return self._landed(flight, packet)[0]
+        out, stored = self._landed(flight, packet)
+        if stored and not packet.error_code and flight.key[:2] in _VALUES:
+            self._follow(("values",), packet.data)  # the objects it shows: their types
+            out += self._drain()
+        return out
 
     def left(self, debugger: int, last: bool) -> list[Command]:
         """``debugger`` left; ``last``: no debugger is attached now. Returns the log line of
@@ -316,6 +322,9 @@ class Foresight:
             flight.waiters = [w for w in flight.waiters if w[0] != debugger]
         if last:
             self._drop_scoped()
+            self.learned.keep_for_next_session(
+                k for k, e in self.lasting.items() if e.validity in _LASTING_CLASS
+            )
             self._classes_gone()
             self.suspended = _NOT_SUSPENDED
         answered = self.by_debugger.pop(debugger, 0)
@@ -323,6 +332,16 @@ class Foresight:
             return []
         fields = {"debugger": debugger, "answered": answered, "saved": answered * (self.rtt or 0.0)}
         return [Log("debugger.foresight", fields=fields)]
+
+    def debugging_started(self) -> list[Command]:
+        """A debugger starts debugging: the first of a session asks again the class data the
+        last session used (``learned.py``), so that none of it is served from before."""
+        keys = self.learned.take_rewarm()
+        if not self.on or self.host.foresight_sizes() is None:
+            return []
+        for key in keys:
+            self._plan(key)
+        return self._drain()
 
     # ------------------------------------------------------------------ the VM's events
 
@@ -357,9 +376,8 @@ class Foresight:
             self._plan(b"\x01\x04", ("threads",))
         if self.thread:
             self._plan(b"\x0b\x07" + self.thread, ("count",))
-            for shape in self.shapes:
-                if shape != _BY_COUNT:
-                    self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
+            for shape in self.learned.ranges():
+                self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
         return self._drain()
 
     # ------------------------------------------------------------------ foresight's own
@@ -381,56 +399,27 @@ class Foresight:
         return out + self._drain()
 
     def _follow(self, follow: tuple[object, ...], data: bytes) -> None:
+        """Ask what the reply ``data`` leads to (``follow.py``)."""
         sizes = self.host.foresight_sizes()
         if sizes is None:
             return
-        what = follow[0]
+        ctx = Context(
+            sizes, self.thread, self.suspended == _ALL, self.epoch, self._variables, self.learned
+        )
+        if follow[0] == "type" and len(data) >= 1 + sizes.reference_type_id:
+            obj = follow[1]
+            assert isinstance(obj, bytes)
+            self.learned.typed(obj, data[: 1 + sizes.reference_type_id])
         try:
-            if what == "threads":
-                for thread in read_threads(data, sizes):
-                    self._plan(b"\x0b\x04" + thread)
-                    self._plan(b"\x0b\x01" + thread)
-            elif what == "frames":
-                self._frames(data, sizes)
-            elif what == "count" and _BY_COUNT in self.shapes and self.thread:
-                shape = b"\x00\x00\x00\x00" + data[:4]  # frames 0 to FrameCount
-                self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
-            elif what == "this" and len(data) > 1 and data[0] == ord("L"):
-                obj = data[1 : 1 + sizes.object_id]
-                if any(obj) and self.suspended == _ALL:
-                    self._plan(b"\x09\x01" + obj)
-            elif what == "locals" and follow[3] == self.epoch:  # the frame is still there
-                head, index = follow[1], follow[2]
-                assert isinstance(head, bytes)
-                assert isinstance(index, int)
-                self._plan(b"\x10\x01" + head + jdi_visible_slots(data, index))
+            asks = next_asks(follow, data, ctx)
         except ProtocolError:
             return
+        for key, then in asks:
+            self._plan(key, then)
 
-    def _frames(self, data: bytes, sizes: IdSizes) -> None:
-        frames = read_frames(data, sizes)
-        if not frames or not self.thread:
-            return
-        top = frames[0]
-        head = self.thread + top.frame_id
-        self._plan(b"\x10\x03" + head, ("this",))
-        variables = bytes((6, 5)) + top.class_id + top.method_id
-        entry = self.lasting.get(variables)
-        if entry is not None and not entry.error:
-            with contextlib.suppress(ProtocolError):
-                self._plan(b"\x10\x01" + head + jdi_visible_slots(entry.data, top.code_index))
-        else:
-            self._plan(variables, ("locals", head, top.code_index, self.epoch))
-        seen: set[bytes] = set()
-        for frame in frames[:_MAX_FRAMES]:
-            if frame.class_id not in seen:
-                seen.add(frame.class_id)
-                for cs, c in CLASS_DATA:
-                    self._plan(bytes((cs, c)) + frame.class_id)
-                if frame.type_tag == 1:  # a class: its superclass
-                    self._plan(b"\x03\x01" + frame.class_id)
-            for cs, c in METHOD_DATA:
-                self._plan(bytes((cs, c)) + frame.class_id + frame.method_id)
+    def _variables(self, key: bytes) -> bytes | None:
+        entry = self.lasting.get(key)
+        return None if entry is None or entry.error else entry.data
 
     def _plan(self, key: bytes, follow: tuple[object, ...] = ()) -> None:
         """Ask ``key`` unless it is stored, in flight or queued already."""
@@ -530,11 +519,19 @@ class Foresight:
         count = self.scoped.get(b"\x0b\x07" + self.thread)
         counted = count is not None and count.stamp == self.epoch and not count.error
         if counted and count is not None and shape == bytes(4) + count.data[:4]:
-            shape = _BY_COUNT  # (0, FrameCount): an IDE's frames(0, min(N, count))
-        self.shapes.pop(shape, None)
-        self.shapes[shape] = None
-        while len(self.shapes) > _MAX_SHAPES:
-            del self.shapes[next(iter(self.shapes))]
+            shape = BY_COUNT  # (0, FrameCount): an IDE's frames(0, min(N, count))
+        self.learned.shape(shape)
+
+    def _learn_fields(self, data: bytes) -> None:
+        """A debugger reads fields of an object whose class this stop knows: the same fields
+        are asked of a `this` of that class at the next stops."""
+        sizes = self.host.foresight_sizes()
+        if sizes is None:
+            return
+        obj, fields = data[: sizes.object_id], data[sizes.object_id :]
+        kind = self.scoped.get(b"\x09\x01" + obj)
+        if kind is not None and not kind.error and len(kind.data) > sizes.reference_type_id:
+            self.learned.field_list(kind.data[1 : 1 + sizes.reference_type_id], fields)
 
     def _ended(self, command_set: int, command: int) -> None:
         """A command that ends validity is about to reach the VM."""

@@ -218,11 +218,13 @@ class Intake:
     def _start_debugging(self, consumer: Consumer) -> list[Command]:
         self._r.consumers.start_debugging(consumer)
         self._r.bridge.joined(consumer.id)
+        # The first debugger of a session: foresight asks the last session's class data again.
+        out = self._r.foresight.debugging_started() if self._r.attached_count == 1 else []
         held, self._r.held_vm_start = self._r.held_vm_start, None
         if held is None:
-            return []
+            return out
         packet = CommandPacket(int.from_bytes(held[4:8], "big"), held[9], held[10], held[11:])
-        return self._r.bridge.composite(packet, held)
+        return out + self._r.bridge.composite(packet, held)
 
     def _consumer_command(
         self, consumer: Consumer, packet: CommandPacket

@@ -24,12 +24,16 @@ from ddmd.protocol.jdwp import IdSizes
 
 __all__ = [
     "CLASS_DATA",
+    "MAX_SUPERS",
+    "MAX_VALUES",
     "METHOD_DATA",
     "PLAN",
+    "SUPER_DATA",
     "Frame",
     "jdi_visible_slots",
     "read_frames",
     "read_threads",
+    "read_values",
 ]
 
 
@@ -56,14 +60,30 @@ PLAN: Final[Mapping[tuple[int, int], Step]] = MappingProxyType(
             "the Frames reply, with frame 0's VariableTableWithGeneric",
             "GetValues of frame 0's visible variables, in JDI's visibleVariables() order",
         ),
-        (9, 1): Step("the ThisObject reply", "ReferenceType of `this`: JDI mirrors it"),
+        (9, 1): Step(
+            "the ThisObject reply; objects in a GetValues reply",
+            "ReferenceType of `this` and of each object shown: JDI mirrors its type",
+        ),
+        (9, 2): Step(
+            "the ReferenceType reply of `this`, with the fields a debugger read of an object of "
+            "that class at an earlier stop",
+            "GetValues of `this`: an IDE's variables view shows its fields",
+        ),
+        (10, 1): Step("a string in a GetValues reply", "StringReference.Value: the string shown"),
+        (13, 1): Step("an array in a GetValues reply", "ArrayReference.Length: the array shown"),
         (2, 7): Step("the Frames reply (new class)", "SourceFile: every frame's location"),
         (2, 12): Step("the Frames reply (new class)", "SourceDebugExtension: JDI's strata"),
         (2, 15): Step("the Frames reply (new class)", "MethodsWithGeneric: JDI's method mirrors"),
-        (2, 13): Step("the Frames reply (new class)", "SignatureWithGeneric: the class's name"),
+        (2, 13): Step(
+            "the Frames reply (new class); the ReferenceType reply of an object shown",
+            "SignatureWithGeneric: the class's name (a value's type name)",
+        ),
         (2, 14): Step("the Frames reply (new class)", "FieldsWithGeneric: `this`'s fields"),
         (2, 10): Step("the Frames reply (new class)", "Interfaces: JDI's type mirrors"),
-        (3, 1): Step("the Frames reply (new class)", "Superclass: JDI's type mirrors"),
+        (3, 1): Step(
+            "the Frames reply (new class); the class of `this`; a Superclass reply",
+            "Superclass: JDI's type mirrors, and allFields() walks up the superclasses",
+        ),
         (6, 1): Step("the Frames reply (new method)", "LineTable: a frame's line number"),
         (6, 5): Step("the Frames reply (new method)", "VariableTableWithGeneric: locals"),
     }
@@ -72,6 +92,18 @@ PLAN: Final[Mapping[tuple[int, int], Step]] = MappingProxyType(
 #: Class data asked once per class met in a Frames reply, and method data once per method.
 CLASS_DATA: Final = ((2, 7), (2, 12), (2, 15), (2, 13), (2, 14), (2, 10))
 METHOD_DATA: Final = ((6, 1), (6, 5))
+#: What JDI's allFields() and a type's name need of each superclass.
+SUPER_DATA: Final = ((2, 13), (2, 14), (2, 10))
+MAX_SUPERS: Final = 8  # superclasses followed up from a class
+MAX_VALUES: Final = 32  # objects of one GetValues reply whose type (and text) are asked
+
+#: The size of a tagged value's data after its tag, by tag (JDWP's tag bytes); object tags: None
+#: (an object id).
+_SIZES: Final = {
+    ord("B"): 1, ord("Z"): 1, ord("C"): 2, ord("S"): 2, ord("I"): 4, ord("F"): 4,
+    ord("J"): 8, ord("D"): 8, ord("V"): 0,
+}  # fmt: skip
+_OBJECT_TAGS: Final = frozenset(map(ord, "L[stglc"))
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -117,6 +149,29 @@ def read_frames(data: bytes, sizes: IdSizes) -> list[Frame]:
     return frames
 
 
+def read_values(data: bytes, sizes: IdSizes) -> list[tuple[int, bytes]]:
+    """The objects (tag, id) of a StackFrame.GetValues or ObjectReference.GetValues reply (a
+    count, then tagged values), null ones left out."""
+    n, at, size = _int(data, 0), 4, sizes.object_id
+    objects = []
+    for _ in range(max(n, 0)):
+        if at >= len(data):
+            raise ProtocolError("values cut short")
+        tag = data[at]
+        if tag in _OBJECT_TAGS:
+            obj = data[at + 1 : at + 1 + size]
+            if len(obj) < size:
+                raise ProtocolError("values cut short")
+            if any(obj):
+                objects.append((tag, obj))
+            at += 1 + size
+        elif tag in _SIZES:
+            at += 1 + _SIZES[tag]
+        else:
+            raise ProtocolError(f"unknown value tag {tag}")
+    return objects
+
+
 def _string(data: bytes, offset: int) -> tuple[str, int]:
     n = _int(data, offset)
     end = offset + 4 + n
@@ -125,23 +180,15 @@ def _string(data: bytes, offset: int) -> tuple[str, int]:
     return data[offset + 4 : end].decode("utf-8", "replace"), end
 
 
-def _java_hash(name: str) -> int:
-    h = 0
-    for unit in name.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
 def jdi_visible_slots(data: bytes, index: int, *, generic: bool = True) -> bytes:
     """The slot list (count, then slot and signature tag each) JDI's
     ``frame.getValues(frame.visibleVariables())`` sends for a frame at code ``index``, from the
     method's VariableTable(WithGeneric) reply: ``this`` and ``this$*`` left out, the variables
-    whose scope covers ``index``, an inner one hiding an outer one of the same name, in the
-    order of the ``java.util.HashMap`` JDI collects them in (bucket, then first insertion)."""
+    whose scope covers ``index``, an inner one hiding an outer one of the same name, sorted by
+    slot (``visibleVariables()`` sorts them: a LocalVariable compares by method, then slot)."""
     count = _int(data, 4)
     at = 8
-    seen: dict[str, tuple[int, int, int, int]] = {}  # name -> (order, start, slot, tag)
-    total = 0
+    seen: dict[str, tuple[int, int, int]] = {}  # name -> (start, slot, tag)
     for _ in range(count):
         if at + 8 > len(data):
             raise ProtocolError("VariableTable reply cut short")
@@ -154,22 +201,13 @@ def jdi_visible_slots(data: bytes, index: int, *, generic: bool = True) -> bytes
         at += 8
         if name == "this" or name.startswith("this$"):
             continue
-        total += 1
         if not start <= index <= start + length - 1:
             continue
         old = seen.get(name)
         tag = ord(signature[0]) if signature else ord("V")
-        if old is None:
-            seen[name] = (len(seen), start, slot, tag)
-        elif start > old[1]:
-            seen[name] = (old[0], start, slot, tag)
-    capacity = 1
-    while capacity < total:
-        capacity <<= 1
-    for size in range(1, len(seen) + 1):
-        if size > int(capacity * 0.75):
-            capacity <<= 1
-    order = sorted(seen, key=lambda n: (_java_hash(n) & (capacity - 1), seen[n][0]))
-    return _INT.pack(len(order)) + b"".join(
-        _INT.pack(seen[n][2]) + bytes((seen[n][3],)) for n in order
+        if old is None or start > old[0]:
+            seen[name] = (start, slot, tag)
+    chosen = sorted(seen.values(), key=lambda v: v[1])
+    return _INT.pack(len(chosen)) + b"".join(
+        _INT.pack(slot) + bytes((tag,)) for _, slot, tag in chosen
     )

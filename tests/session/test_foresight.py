@@ -305,8 +305,8 @@ def test_frame_zero_s_locals_are_asked_as_jdi_asks_them() -> None:
         + b"".join(
             [
                 _variable(0, "this", "LA;", 20, 0),
-                _variable(0, "args", "[Ljava/lang/String;", 20, 1),
-                _variable(2, "i", "I", 10, 2),
+                _variable(2, "a", "I", 10, 2),
+                _variable(0, "seed", "[Ljava/lang/String;", 20, 1),
                 _variable(9, "late", "J", 5, 3),  # not yet in scope at index 5
             ]
         )
@@ -316,8 +316,8 @@ def test_frame_zero_s_locals_are_asked_as_jdi_asks_them() -> None:
     out = h.handle(VmBytes(reply(frames_vm, FRAMES_REPLY)))
     variables_vm = int.from_bytes(sent(out)[1][4:8], "big")
     out = h.handle(VmBytes(reply(variables_vm, table)))
-    # JDI's HashMap of {"args", "i"} (capacity 4, as java.util.HashMap orders them: "args" in
-    # bucket 0, "i" in bucket 1).
+    # visibleVariables() sorts by slot: "seed" (1) before "a" (2), though the table lists "a"
+    # first and a java.util.HashMap of the names would give "a" first too.
     slots = int4(2) + int4(1) + b"[" + int4(2) + b"I"
     assert sent(out)[0][9:] == bytes(GET_VALUES) + tid(T1) + FRAME0 + slots
 
