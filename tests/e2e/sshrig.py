@@ -32,7 +32,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +131,16 @@ async def _keygen(keygen: str, path: Path, comment: str) -> None:
     assert made.returncode == 0, f"ssh-keygen failed: {made.stderr.decode(errors='replace')}"
 
 
+def _make_dirs(workdir: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0 and not PRIVSEP_DIR.is_dir():
+        PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
+def _authorize(workdir: Path) -> None:
+    (workdir / "authorized_keys").write_bytes((workdir / "client_key.pub").read_bytes())
+
+
 def _config(workdir: Path, port: int) -> str:
     return (
         f"Port {port}\n"
@@ -151,7 +161,7 @@ def _config(workdir: Path, port: int) -> str:
         "PermitTTY no\n"
         "PrintMotd no\n"
         "UseDNS no\n"
-        "LogLevel VERBOSE\n"
+        "LogLevel DEBUG1\n"  # the channels it opens: "target 127.0.0.1 port N"
     )
 
 
@@ -250,13 +260,11 @@ class Sshd:
 async def open_sshd(tools: SshTools, workdir: Path) -> AsyncIterator[Sshd]:
     """Keys, config and a running ``sshd -D -e`` on a free loopback port; stopped at exit,
     with any session process it left."""
-    workdir.mkdir(parents=True, exist_ok=True)
     user = _login_user()
+    await trio.to_thread.run_sync(_make_dirs, workdir)
     await _keygen(tools.keygen, workdir / "host_key", "ddmd-test-host")
     await _keygen(tools.keygen, workdir / "client_key", f"ddmd-test-{user}")
-    (workdir / "authorized_keys").write_bytes((workdir / "client_key.pub").read_bytes())
-    if os.getuid() == 0 and not PRIVSEP_DIR.is_dir():
-        PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    await trio.to_thread.run_sync(_authorize, workdir)
     log_path = workdir / "sshd.log"
     for _attempt in range(3):  # a free port may be taken before sshd binds it
         port = pick_port()
@@ -293,9 +301,7 @@ async def open_sshd(tools: SshTools, workdir: Path) -> AsyncIterator[Sshd]:
             with trio.CancelScope(shield=True):
                 await _stop(process)
                 for pid in sessions:  # a session whose client is gone exits by itself
-                    try:
+                    with suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
         return
     raise AssertionError(f"sshd found no free port: {log_path.read_text(errors='replace')}")
