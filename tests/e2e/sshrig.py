@@ -43,7 +43,7 @@ from ddmd.host import localproc
 from tests.actors.needs import skip_or_fail
 from tests.adb.device import pick_port
 
-__all__ = ["SshTools", "Sshd", "open_sshd", "require_ssh", "ssh_tools"]
+__all__ = ["SshTools", "Sshd", "listener_pid", "open_sshd", "require_ssh", "ssh_tools"]
 
 START_TIMEOUT = 20.0  # seconds: sshd listening; a tunnel's local end listening
 KEYGEN_TIMEOUT = 20.0  # seconds: one ssh-keygen
@@ -85,7 +85,7 @@ def _login_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _listener_pid(port: int) -> int | None:
+def listener_pid(port: int) -> int | None:
     """The process holding the LISTEN socket of 127.0.0.1:PORT, None when none listens."""
     owner = localproc.listening_socket("127.0.0.1", port)
     if owner is None:
@@ -246,7 +246,7 @@ class Sshd:
         """True once ``process`` holds the LISTEN socket of PORT; False when it exited first."""
         with trio.move_on_after(START_TIMEOUT):
             while process.poll() is None:
-                if await trio.to_thread.run_sync(_listener_pid, port) == process.pid:
+                if await trio.to_thread.run_sync(listener_pid, port) == process.pid:
                     return True
                 await trio.sleep(0.05)
             return False
@@ -282,7 +282,7 @@ async def open_sshd(tools: SshTools, workdir: Path) -> AsyncIterator[Sshd]:
         try:
             with trio.move_on_after(START_TIMEOUT) as waited:
                 while process.poll() is None:
-                    if await trio.to_thread.run_sync(_listener_pid, port) == process.pid:
+                    if await trio.to_thread.run_sync(listener_pid, port) == process.pid:
                         break
                     await trio.sleep(0.05)
             said = log_path.read_text(errors="replace")

@@ -31,11 +31,11 @@ import trio
 import ddmd.front.server
 from ddmd.sim.adbd import FakeDevice
 from tests.actors.rawpeers import Harness, free_port_range, monitor, wait_until
-from tests.adb.device import adb, adb_env, open_adb_device
+from tests.adb.device import AdbDevice, adb, adb_env, open_adb_device, pick_port
 from tests.e2e.conftest import jdk
-from tests.e2e.frontrig import FrontRig, front_rig
+from tests.e2e.frontrig import front_rig
 from tests.e2e.jdbdriver import open_jdb
-from tests.e2e.sshrig import Sshd, open_sshd, ssh_tools
+from tests.e2e.sshrig import Sshd, listener_pid, open_sshd, ssh_tools
 from tests.e2e.test_bridge_jvm import BREAK_LINE, BREAKPOINT_HIT, classes, run_jvm
 from tests.e2e.test_front_sharing import stop_once
 
@@ -75,76 +75,17 @@ async def named_debugger(h: Harness, vm_id: str, via: str) -> dict[str, Any]:
     return debugger
 
 
-# --------------------------------------------------------------------------------------------
-# 1. The developer's ddmd, the lab's adb server
-
-
-async def test_a_developers_ddmd_debugs_a_lab_device_through_the_labs_adb_server_over_ssh(
-    jdk,
-    classes,
-    adb,
-    ssh_tools,
-    tmp_path,
-):
-    (jvm_port,) = free_port_range(1)
-    with trio.fail_after(CAP):
-        async with run_jvm(jdk, classes, jvm_port) as jvm:
-            pid = jvm.process.pid
-            device = FakeDevice({pid: ("127.0.0.1", jvm_port)})
-            async with (
-                open_adb_device(device, adb=adb) as lab,
-                open_sshd(ssh_tools, tmp_path / "ssh") as sshd,
-                sshd.tunnel(lab.adb_port) as tunnel,
-            ):
-                assert tunnel != lab.adb_port
-                scan_port, state = free_port_range(1), tmp_path / "developer"
-                state.mkdir()
-                async with monitor(
-                    scan_port,
-                    state,
-                    scan={"enabled": False},
-                    # The tunnel is the only adb server this ddmd knows, and it has no adb
-                    # program to start one of its own.
-                    adb={
-                        "enabled": "on",
-                        "host": "127.0.0.1",
-                        "port": tunnel,
-                        "path": str(tmp_path / "no-adb"),
-                    },
-                    front={"enabled": False},
-                ) as h:
-                    connected = await h.wait_event("adb.connected", timeout=WAIT)
-                    assert connected["server"] == f"127.0.0.1:{tunnel}"
-                    assert connected["started_by_ddmd"] is False
-                    vm_id = f"{lab.serial}/{pid}"
-                    vm = await wait_ready(h, vm_id)
-
-                    async with open_jdb(jdk.jdb, vm["debugger_port"], name="developer") as jdb:
-                        await jdb.attached()
-                        n = await stop_once(jdb, BREAK_LINE, BREAKPOINT_HIT, "n")
-                        debugger = await named_debugger(h, vm_id, "vm-port")
-                        assert debugger["tool"] == "jdb", debugger
-                        assert await jdb.quit() == 0, jdb.transcript
-                    await jvm.wait_counter_above(n + 5)  # released: the program runs on
-                    assert not h.events("adb.lost")
-
-                # Every connection ddmd made to "its" adb server was a channel sshd opened to
-                # the lab's server: the device list, the device's pids, the VM itself.
-                assert channels_to(sshd, lab.adb_port) >= 3, sshd.log
-                assert f"Accepted publickey for {sshd.user} from 127.0.0.1" in sshd.log
-
-
-# --------------------------------------------------------------------------------------------
-# 2. The developer's adb client, the lab's ddmd front
-
-
-async def developer_adb(rig: FrontRig, tunnel: int, *args: str) -> str:
-    """``ADB_SERVER_SOCKET=tcp:127.0.0.1:TUNNEL adb ARGS`` (as docs/lab.md writes it); its
-    stdout. HOME is the lab server's temporary one: no keys or settings of the user's."""
-    env = {**adb_env(rig.adb.home), "ADB_SERVER_SOCKET": f"tcp:127.0.0.1:{tunnel}"}
+async def developer_adb(lab: AdbDevice, server: tuple[str, ...], *args: str) -> str:
+    """The adb CLI aimed at ``server`` (``-P PORT``, or ``ADB_SERVER_SOCKET=tcp:...`` as
+    docs/lab.md writes it); its stdout. HOME is the lab server's temporary one: no keys or
+    settings of the user's."""
+    env = adb_env(lab.home)
+    if server[0].startswith("tcp:"):
+        env["ADB_SERVER_SOCKET"] = server[0]
+        server = ()
     with trio.fail_after(WAIT):
         done = await trio.run_process(
-            [rig.adb.adb, *args],
+            [lab.adb, *server, *args],
             env=env,
             stdin=subprocess.DEVNULL,
             capture_stdout=True,
@@ -172,6 +113,86 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------------------------
+# 1. The developer's ddmd, the lab's adb server
+
+
+async def test_a_developers_ddmd_debugs_a_lab_device_through_the_labs_adb_server_over_ssh(
+    jdk,
+    classes,
+    adb,
+    ssh_tools,
+    tmp_path,
+):
+    (jvm_port,) = free_port_range(1)
+    with trio.fail_after(CAP):
+        async with run_jvm(jdk, classes, jvm_port) as jvm:
+            pid = jvm.process.pid
+            device = FakeDevice({pid: ("127.0.0.1", jvm_port)})
+            async with (
+                open_adb_device(device, adb=adb) as lab,
+                open_sshd(ssh_tools, tmp_path / "ssh") as sshd,
+                sshd.tunnel(lab.adb_port) as tunnel,
+            ):
+                assert tunnel != lab.adb_port
+                scan_port, state = free_port_range(1), tmp_path / "developer"
+                front_port = pick_port()
+                state.mkdir()
+                async with monitor(
+                    scan_port,
+                    state,
+                    scan={"enabled": False},
+                    # The tunnel is the only adb server this ddmd knows, and it has no adb
+                    # program to start one of its own.
+                    adb={
+                        "enabled": "on",
+                        "host": "127.0.0.1",
+                        "port": tunnel,
+                        "path": str(tmp_path / "no-adb"),
+                    },
+                    front={"port": front_port},
+                ) as h:
+                    connected = await h.wait_event("adb.connected", timeout=WAIT)
+                    assert connected["server"] == f"127.0.0.1:{tunnel}"
+                    assert connected["started_by_ddmd"] is False
+                    vm_id = f"{lab.serial}/{pid}"
+                    vm = await wait_ready(h, vm_id)
+
+                    async with open_jdb(jdk.jdb, vm["debugger_port"], name="developer") as jdb:
+                        await jdb.attached()
+                        n = await stop_once(jdb, BREAK_LINE, BREAKPOINT_HIT, "n")
+                        debugger = await named_debugger(h, vm_id, "vm-port")
+                        assert debugger["tool"] == "jdb", debugger
+                        assert await jdb.quit() == 0, jdb.transcript
+                    await jvm.wait_counter_above(n + 5)  # released: the program runs on
+
+                    # The developer's adb tools go through the developer's ddmd front: the
+                    # device list is the lab's; a jdwp forward is bound here, by ddmd.
+                    listed = await developer_adb(lab, ("-P", str(front_port)), "devices")
+                    assert f"{lab.serial}\tdevice" in listed.splitlines(), listed
+                    made = await developer_adb(
+                        lab,
+                        ("-P", str(front_port)),
+                        "-s",
+                        lab.serial,
+                        "forward",
+                        "tcp:0",
+                        f"jdwp:{pid}",
+                    )
+                    forward = int(made.strip())
+                    assert await trio.to_thread.run_sync(listener_pid, forward) == os.getpid()
+                    assert not h.events("adb.lost")
+
+                # Every connection ddmd made to "its" adb server was a channel sshd opened to
+                # the lab's server: the device list, the device's pids, the VM itself.
+                assert channels_to(sshd, lab.adb_port) >= 3, sshd.log
+                assert f"Accepted publickey for {sshd.user} from 127.0.0.1" in sshd.log
+
+
+# --------------------------------------------------------------------------------------------
+# 2. The developer's adb client, the lab's ddmd front
+
+
 async def test_a_developers_adb_and_jdb_reach_the_labs_ddmd_front_over_ssh(
     jdk,
     classes,
@@ -194,15 +215,16 @@ async def test_a_developers_adb_and_jdb_reach_the_labs_ddmd_front_over_ssh(
                 assert stats is not None
                 before = stats.connections
 
-                listed = await developer_adb(rig, tunnel, "devices")
+                via_tunnel = (f"tcp:127.0.0.1:{tunnel}",)  # ADB_SERVER_SOCKET
+                listed = await developer_adb(rig.adb, via_tunnel, "devices")
                 assert f"{rig.serial}\tdevice" in listed.splitlines(), listed
-                pids = await developer_adb(rig, tunnel, "-s", rig.serial, "jdwp")
+                pids = await developer_adb(rig.adb, via_tunnel, "-s", rig.serial, "jdwp")
                 assert str(pid) in pids.split(), pids
                 made = await developer_adb(
-                    rig, tunnel, "-s", rig.serial, "forward", "tcp:0", f"jdwp:{pid}"
+                    rig.adb, via_tunnel, "-s", rig.serial, "forward", "tcp:0", f"jdwp:{pid}"
                 )
                 forward = int(made.strip())
-                forwards = await developer_adb(rig, tunnel, "forward", "--list")
+                forwards = await developer_adb(rig.adb, via_tunnel, "forward", "--list")
                 assert f"{rig.serial} tcp:{forward} jdwp:{pid}" in forwards, forwards
                 # The front bound the forward on ITS side (the lab's): a developer on another
                 # machine reaches it through a second tunnel.
@@ -217,7 +239,7 @@ async def test_a_developers_adb_and_jdb_reach_the_labs_ddmd_front_over_ssh(
                     # the peer-uid check admitted: the user's own uid (or one allowed_uids
                     # lists).
                     cmdline, uid, _ = process_facts(debugger["pid"])
-                    assert debugger["tool"] == cmdline, debugger
+                    assert debugger["tool"].startswith("sshd: "), debugger
                     # "sshd: USER" (a root login), "sshd: USER@notty" (the others)
                     assert re.match(rf"sshd: {re.escape(sshd.user)}\b", cmdline), cmdline
                     assert uid == pwd.getpwnam(sshd.user).pw_uid == os.getuid()
