@@ -1,6 +1,7 @@
 """The machine's listening TCP sockets, asked of the kernel over netlink (``sock_diag``).
 
-Layer: standard library only; blocking (one request and its answer: run it in a worker thread).
+Layer: standard library only; blocking (one request and its answer: run it in a worker thread),
+except `connection_owner` with ``wait=False``, which never blocks.
 
 The scanner's watch looks for new listeners ten times a second. Reading ``/proc/net/tcp`` for
 that costs a walk of the kernel's whole connection hash table to reach the end of the file
@@ -78,12 +79,18 @@ def listeners(host: str, ports: Collection[int]) -> dict[int, int] | None:
     )
 
 
-def connection_owner(local: tuple[str, int], remote: tuple[str, int]) -> PeerOwner | None:
+def connection_owner(
+    local: tuple[str, int], remote: tuple[str, int], *, wait: bool = True
+) -> PeerOwner | None:
     """Who owns the TCP socket whose own end is ``local`` and whose far end is ``remote`` (both
     numeric): for the peer of a connection we accepted, ``local`` is its ``getpeername()`` and
     ``remote`` our ``getsockname()``. The same answer as `localproc.peer_owner` ("found" with
     the uid; "closed" for a TIME_WAIT socket or one its process closed; "absent" when there is
     no such socket), without reading the tables. None when netlink cannot tell (then read them).
+
+    ``wait=False`` never blocks, so it may run in an event loop: the kernel answers a request
+    for one socket within the ``send`` call (the answer is queued before ``send`` returns), and
+    an answer that is not there at once is taken as no answer (None) rather than waited for.
     """
     mine, theirs = parse_host(local[0]), parse_host(remote[0])
     if mine is None or theirs is None:
@@ -97,7 +104,7 @@ def connection_owner(local: tuple[str, int], remote: tuple[str, int]) -> PeerOwn
     header = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
-            sock.settimeout(TIMEOUT)
+            sock.settimeout(TIMEOUT if wait else 0.0)
             sock.sendall(header + request)
             data = sock.recv(1 << 12)
         if len(data) < _HEADER.size:
