@@ -92,14 +92,14 @@ def connection_owner(
     for one socket within the ``send`` call (the answer is queued before ``send`` returns), and
     an answer that is not there at once is taken as no answer (None) rather than waited for.
     """
-    mine, theirs = parse_host(local[0]), parse_host(remote[0])
+    mine, theirs = _packed(local[0]), _packed(remote[0])
     if mine is None or theirs is None:
         return None
-    if mine.version != theirs.version:
+    if len(mine) != len(theirs):
         return PeerOwner(None, "absent")
-    family = socket.AF_INET if mine.version == 4 else socket.AF_INET6
+    family = socket.AF_INET if len(mine) == 4 else socket.AF_INET6
     request = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
-    request += _SOCKID.pack(local[1], remote[1], _raw(mine), _raw(theirs))
+    request += _SOCKID.pack(local[1], remote[1], mine.ljust(16, b"\0"), theirs.ljust(16, b"\0"))
     request += _SOCKID_TAIL.pack(0, _NO_COOKIE, _NO_COOKIE)
     header = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
     try:
@@ -126,8 +126,25 @@ def connection_owner(
     return PeerOwner(uid, "found", inode)
 
 
-def _raw(address: IpAddress) -> bytes:
-    return address.packed.ljust(16, b"\0")
+_V4_MAPPED: Final = bytes(10) + b"\xff\xff"
+
+
+def _packed(host: str) -> bytes | None:
+    """A numeric address as the kernel keeps it: 4 bytes for IPv4 (an IPv4-mapped IPv6 address
+    too: its socket is an IPv4 one), 16 for IPv6; None for a host name. ``inet_pton`` rather
+    than `ipaddress`, which costs more than the kernel's whole answer."""
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return socket.inet_pton(socket.AF_INET, text)
+    except OSError:
+        pass
+    try:
+        raw = socket.inet_pton(socket.AF_INET6, text.split("%", 1)[0])
+    except OSError:
+        return None
+    return raw[12:] if raw.startswith(_V4_MAPPED) else raw
 
 
 def _dump(family: int) -> list[tuple[IpAddress, int, int, int]]:
