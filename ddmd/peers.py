@@ -24,16 +24,29 @@ peer always has its row, so only a peer that is gone or hiding lands there.
 A refused connection is closed at once. It is logged as ``security.peer_refused`` (uid, user,
 port, port_kind, reason, count) at most once per (uid, port) every `REFUSED_LOG_INTERVAL`
 seconds (``count``: the refusals since the previous line) and counted per kind of port for
-``ddmd_peers_refused_total``.
+``ddmd_peers_refused_total``. The user's name (the user database may ask a network directory)
+is looked up in a worker thread, and only for the lines written: a refusal that only adds to a
+count costs nothing more.
 
-The owner of one connection is asked of the kernel over netlink (`sockdiag.connection_owner`:
-one socket by its four ends, microseconds); only where netlink cannot answer are the socket
-tables read (blocking file I/O whose cost grows with the number of sockets on the machine:
-milliseconds). The lookup, and the user-name lookup (which may ask a network directory), run in
-a worker thread under `LOOKUP_TIMEOUT`; one that overruns it refuses the peer (an attacker must
-not get in by making the lookup slow). Connections are checked concurrently and apart from the
-accept loop (`GuardedListener.serve`), so a flood of connections, idle or refused, never makes
-the next client wait for the flood's checks.
+Admission (`GuardedListener.serve`). The owner of one connection is asked of the kernel over
+netlink (`sockdiag.connection_owner`: one socket by its four ends), and the kernel answers
+within the request's own syscall, in about ten microseconds: less than handing the question to
+a worker thread would cost. So each connection is judged in the accept loop as it is accepted
+(`PeerGuard.check_now`), without blocking (an answer not there at once counts as none): an
+allowed peer is handed on, any other closed, before the next accept. Nothing waits in ddmd;
+what waits is in the kernel's queue of the listening socket, in the order it came, so a flood
+from one user, idle or refused, is worked through at that rate and cannot push anyone's
+connection out: it costs the next client the flood's checks (about 15 µs each), never its
+place. Unix sockets are judged in line too (``SO_PEERCRED``).
+
+Only where netlink cannot answer (not Linux; a sandbox without ``NETLINK_SOCK_DIAG``) are the
+socket tables read: blocking file I/O whose cost grows with the number of sockets on the
+machine (milliseconds), in a worker thread (`LOOKUP_THREADS` at once), apart from the accept
+loop, under `LOOKUP_TIMEOUT`; a lookup that overruns it refuses the peer (an attacker must not
+get in by making the lookup slow). At most `MAX_PENDING` connections per listener wait for
+such a lookup; then the listener stops accepting until one is settled, so the next
+connections wait in the kernel's queue, in order. No connection is ever closed unchecked: a
+listener that closed the newest past a bound let a flood crowd out adb, jdb or the API.
 
 Why a wrapped listener: the check must run between accept() and the first read. For the JDWP
 ports that is ddmd's own accept loop; the control API is served by hypercorn, which has no

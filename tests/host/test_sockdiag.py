@@ -170,3 +170,26 @@ def test_without_netlink_the_tables_are_read(monkeypatch: pytest.MonkeyPatch) ->
 
     assert find_owner(("127.0.0.1", 1), ("127.0.0.1", 2), "/proc", tables) == PeerOwner(7, "found")
     assert read == [("127.0.0.1", 2)]
+
+
+@needs_netlink
+def test_an_ipv4_client_of_a_dual_stack_listener_is_found() -> None:
+    # A listener on "::" sees an IPv4 client as ::ffff:127.0.0.1: its socket is an IPv4 one.
+    try:
+        server = _listen(socket.AF_INET6, "::", 0)
+    except OSError:
+        pytest.skip("no IPv6 in this kernel")
+    with server, socket.create_connection(("127.0.0.1", server.getsockname()[1])) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            ours, peer = accepted.getsockname()[:2], accepted.getpeername()[:2]
+            assert peer[0] == "::ffff:127.0.0.1"
+            owner = sockdiag.connection_owner(peer, ours, wait=False)
+            assert owner is not None
+            assert (owner.status, owner.uid) == ("found", os.getuid())
+            assert owner.inode == os.fstat(client.fileno()).st_ino
+
+
+def test_ends_of_two_families_are_no_connection() -> None:
+    owner = sockdiag.connection_owner(("127.0.0.1", 1), ("::2", 2))
+    assert owner == PeerOwner(None, "absent")
