@@ -124,6 +124,12 @@ REFUSED_LOG_INTERVAL: Final = 10.0
 
 #: The socket tables' answer for one connection: (ours, peer, proc_root) -> owner.
 TableLookup = Callable[[tuple[str, int], tuple[str, int], str], PeerOwner]
+#: The kernel's answer without blocking: (peer, ours) -> owner, None when it gives none.
+QuickLookup = Callable[[tuple[str, int], tuple[str, int]], PeerOwner | None]
+
+
+def _ask_once(peer: tuple[str, int], ours: tuple[str, int]) -> PeerOwner | None:
+    return sockdiag.connection_owner(peer, ours, wait=False)
 
 
 def _read_tables(ours: tuple[str, int], peer: tuple[str, int], proc_root: str) -> PeerOwner:
@@ -215,17 +221,18 @@ class PeerPolicy:
             )
         return Verdict(False, None, "its socket is not in the socket tables (gone)")
 
-    def judge_now(self, facts: _Facts) -> Verdict | None:
+    def judge_now(self, facts: _Facts, ask: QuickLookup = _ask_once) -> Verdict | None:
         """The verdict had in line, without blocking: a unix socket's (``SO_PEERCRED``), and a
         TCP peer's whenever the kernel answers the sock_diag request for its one socket, which
         it does within the syscall (microseconds; a worker thread would cost more than the
         lookup): allowed, refused, closed or absent alike. None only where netlink gives no
-        answer: `judge` then reads the socket tables in a worker thread."""
+        answer: `judge` then reads the socket tables in a worker thread. ``ask``: the kernel's
+        answer (`PeerGuard` passes its `sockdiag.OwnerAsker`)."""
         if facts.family == socket.AF_UNIX:
             return self._judge_unix(facts.peer_uid)
         if facts.ours is None or facts.peer is None:
             return self._judge_unknown()
-        owner = sockdiag.connection_owner(facts.peer, facts.ours, wait=False)
+        owner = ask(facts.peer, facts.ours)
         if owner is None:
             return None
         return self.judge_owner(owner, local_peer=is_local_peer(facts.peer[0], facts.ours[0]))
@@ -316,6 +323,8 @@ class PeerGuard:
         self._timeout = lookup_timeout
         self._tables = tables
         self._limiter = trio.CapacityLimiter(LOOKUP_THREADS)
+        # One netlink socket kept open for the in-line checks (they all run in the event loop).
+        self._ask = sockdiag.OwnerAsker()
         self._refused: dict[str, int] = dict.fromkeys(PORT_KINDS, 0)
         # (uid, port) -> (when its last line was logged, refusals since then not logged)
         self._logged: dict[tuple[int | None, str | int], tuple[float, int]] = {}
@@ -328,7 +337,7 @@ class PeerGuard:
         """The verdict on the peer of `stream` where it can be had without blocking (nearly
         always: `PeerPolicy.judge_now`), with what the socket told; None when it needs
         `look_up`. Never raises: a check that fails refuses."""
-        return check_now(self.policy, stream, proc_root=self._proc_root)
+        return check_now(self.policy, stream, proc_root=self._proc_root, ask=self._ask)
 
     async def look_up(self, facts: _Facts) -> Verdict:
         """The verdict `check_now` could not give: the owner looked up in a worker thread under
@@ -414,7 +423,11 @@ class RefusalLine:
 
 
 def check_now(
-    policy: PeerPolicy, stream: trio.SocketStream, *, proc_root: str = "/proc"
+    policy: PeerPolicy,
+    stream: trio.SocketStream,
+    *,
+    proc_root: str = "/proc",
+    ask: QuickLookup = _ask_once,
 ) -> tuple[Verdict | None, _Facts]:
     """The verdict on the far end of `stream` had in line (`PeerPolicy.judge_now`; with a
     ``proc_root`` other than ``/proc``, a test's, only `look_up` answers), or None, and what the
@@ -427,7 +440,7 @@ def check_now(
     if proc_root != "/proc":
         return None, facts
     try:
-        return policy.judge_now(facts), facts
+        return policy.judge_now(facts, ask), facts
     except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
         return Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}"), facts
 

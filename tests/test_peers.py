@@ -255,7 +255,7 @@ async def test_a_slow_lookup_refuses(tmp_path, clients) -> None:
 
 
 class BrokenPolicy(PeerPolicy):
-    def judge_now(self, facts: Any) -> Verdict | None:
+    def judge_now(self, facts: Any, ask: Any = None) -> Verdict | None:
         raise RuntimeError("boom")
 
     def judge(self, facts: Any, proc_root: str, tables: Any = None) -> Verdict:
@@ -263,7 +263,7 @@ class BrokenPolicy(PeerPolicy):
 
 
 class SlowBrokenPolicy(BrokenPolicy):
-    def judge_now(self, facts: Any) -> Verdict | None:
+    def judge_now(self, facts: Any, ask: Any = None) -> Verdict | None:
         return None  # no quick answer: the lookup in the thread fails
 
 

@@ -32,7 +32,7 @@ from typing import Final
 
 from ddmd.host.localproc import IpAddress, PeerOwner, choose_listeners, parse_host
 
-__all__ = ["connection_owner", "listeners"]
+__all__ = ["OwnerAsker", "connection_owner", "listeners"]
 
 _NETLINK_SOCK_DIAG: Final = 4
 _SOCK_DIAG_BY_FAMILY: Final = 20
@@ -91,7 +91,62 @@ def connection_owner(
     ``wait=False`` never blocks, so it may run in an event loop: the kernel answers a request
     for one socket within the ``send`` call (the answer is queued before ``send`` returns), and
     an answer that is not there at once is taken as no answer (None) rather than waited for.
+    `OwnerAsker` asks the same without blocking, over a netlink socket kept open.
     """
+    request = _owner_request(local, remote, 1)
+    if not isinstance(request, bytes):
+        return request
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
+            sock.settimeout(TIMEOUT if wait else 0.0)
+            sock.sendall(request)
+            return _owner_answer(sock.recv(1 << 12))[1]
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+class OwnerAsker:
+    """`connection_owner` with ``wait=False``, over one netlink socket kept open (opening and
+    closing one for each question costs half as much again as the question). For one thread:
+    the event loop's. Any trouble closes the socket (the next question opens another), so no
+    late answer to an earlier question is ever taken for the answer to a later one; answers are
+    matched by sequence number too."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._seq = 0
+
+    def __call__(self, local: tuple[str, int], remote: tuple[str, int]) -> PeerOwner | None:
+        self._seq = self._seq % 0xFFFFFFFF + 1
+        request = _owner_request(local, remote, self._seq)
+        if not isinstance(request, bytes):
+            return request
+        try:
+            sock = self._sock
+            if sock is None:
+                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+                sock.setblocking(False)
+                self._sock = sock
+            sock.send(request)
+            while True:  # BlockingIOError when no answer is there: no waiting
+                seq, owner = _owner_answer(sock.recv(1 << 12))
+                if seq == self._seq:
+                    return owner
+        except (OSError, ValueError, struct.error):
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _owner_request(
+    local: tuple[str, int], remote: tuple[str, int], seq: int
+) -> bytes | PeerOwner | None:
+    """The netlink message asking for one socket by its four ends; the answer itself where
+    none is needed (PeerOwner: ends of two families; None: a host name, not an address)."""
     mine, theirs = _packed(local[0]), _packed(remote[0])
     if mine is None or theirs is None:
         return None
@@ -101,29 +156,28 @@ def connection_owner(
     request = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
     request += _SOCKID.pack(local[1], remote[1], mine.ljust(16, b"\0"), theirs.ljust(16, b"\0"))
     request += _SOCKID_TAIL.pack(0, _NO_COOKIE, _NO_COOKIE)
-    header = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
-            sock.settimeout(TIMEOUT if wait else 0.0)
-            sock.sendall(header + request)
-            data = sock.recv(1 << 12)
-        if len(data) < _HEADER.size:
-            return None
-        length, kind, _flags, _seq, _pid = _HEADER.unpack_from(data, 0)
-        if length < _HEADER.size or length > len(data):
-            return None
-        if kind == _NLMSG_ERROR:
-            (code,) = struct.unpack_from("=i", data, _HEADER.size)
-            return PeerOwner(None, "absent") if -code == errno.ENOENT else None
-        body = data[_HEADER.size : length]
-        if kind != _SOCK_DIAG_BY_FAMILY or len(body) < _MESSAGE_SIZE:
-            return None
-    except (OSError, ValueError, struct.error):
-        return None
+    size = _HEADER.size + len(request)
+    return _HEADER.pack(size, _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, seq, 0) + request
+
+
+def _owner_answer(data: bytes) -> tuple[int | None, PeerOwner | None]:
+    """The sequence number of the kernel's answer to `_owner_request`, and the owner it tells
+    (None: an answer that tells nothing)."""
+    if len(data) < _HEADER.size:
+        return None, None
+    length, kind, _flags, seq, _pid = _HEADER.unpack_from(data, 0)
+    if length < _HEADER.size or length > len(data):
+        return None, None
+    if kind == _NLMSG_ERROR:
+        (code,) = struct.unpack_from("=i", data, _HEADER.size)
+        return seq, PeerOwner(None, "absent") if -code == errno.ENOENT else None
+    body = data[_HEADER.size : length]
+    if kind != _SOCK_DIAG_BY_FAMILY or len(body) < _MESSAGE_SIZE:
+        return seq, None
     uid, inode = _UID_INODE.unpack_from(body, 64)
     if inode == 0 or body[1] == _TCP_TIME_WAIT:
-        return PeerOwner(None, "closed")
-    return PeerOwner(uid, "found", inode)
+        return seq, PeerOwner(None, "closed")
+    return seq, PeerOwner(uid, "found", inode)
 
 
 _V4_MAPPED: Final = bytes(10) + b"\xff\xff"

@@ -79,7 +79,7 @@ def slow_first_policy() -> tuple[PeerPolicy, threading.Event, threading.Event]:
     gate, started = threading.Event(), threading.Event()
 
     class SlowFirst(PeerPolicy):
-        def judge_now(self, facts: Any) -> Verdict | None:
+        def judge_now(self, facts: Any, ask: Any = None) -> Verdict | None:
             return None  # no quick answer: every check takes the (slow) lookup below
 
         def judge(self, facts: Any, proc_root: str, tables: Any = None) -> Verdict:
