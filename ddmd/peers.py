@@ -29,14 +29,14 @@ is looked up in a worker thread, and only for the lines written: a refusal that 
 count costs nothing more.
 
 Admission (`GuardedListener.serve`). The owner of one connection is asked of the kernel over
-netlink (`sockdiag.connection_owner`: one socket by its four ends), and the kernel answers
-within the request's own syscall, in about ten microseconds: less than handing the question to
-a worker thread would cost. So each connection is judged in the accept loop as it is accepted
-(`PeerGuard.check_now`), without blocking (an answer not there at once counts as none): an
-allowed peer is handed on, any other closed, before the next accept. Nothing waits in ddmd;
-what waits is in the kernel's queue of the listening socket, in the order it came, so a flood
-from one user, idle or refused, is worked through at that rate and cannot push anyone's
-connection out: it costs the next client the flood's checks (about 15 µs each), never its
+netlink (`sockdiag.OwnerAsker`: one socket by its four ends, over a netlink socket kept open),
+and the kernel answers within the request's own syscall: the whole check takes about 10 µs,
+less than handing the question to a worker thread would cost. So each connection is judged in
+the accept loop as it is accepted (`PeerGuard.check_now`), without blocking (an answer not
+there at once counts as none): an allowed peer is handed on, any other closed, before the next
+accept. Nothing waits in ddmd; what waits is in the kernel's queue of the listening socket, in
+the order it came, so a flood from one user, idle or refused, is worked through at that rate
+and cannot push anyone's connection out: it costs the next client the flood's checks, never its
 place. Unix sockets are judged in line too (``SO_PEERCRED``).
 
 Only where netlink cannot answer (not Linux; a sandbox without ``NETLINK_SOCK_DIAG``) are the
