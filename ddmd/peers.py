@@ -108,7 +108,8 @@ PORT_KINDS: Final[tuple[PortKind, ...]] = (
     "front_forward",
 )
 
-#: Seconds for one owner lookup (socket tables + user name) before the peer is refused.
+#: Seconds for one owner lookup in a worker thread (the socket tables) before the peer is
+#: refused; also the most a refusal line waits for the user's name.
 LOOKUP_TIMEOUT: Final = 2.0
 #: Lookups in worker threads at once (a read of the socket tables where netlink cannot answer;
 #: the user's name for a refusal line).
