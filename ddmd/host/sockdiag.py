@@ -1,7 +1,7 @@
 """The machine's listening TCP sockets, asked of the kernel over netlink (``sock_diag``).
 
 Layer: standard library only; blocking (one request and its answer: run it in a worker thread),
-except `connection_owner` with ``wait=False``, which never blocks.
+except `connection_owner` with ``wait=False`` and `OwnerAsker`, which never block.
 
 The scanner's watch looks for new listeners ten times a second. Reading ``/proc/net/tcp`` for
 that costs a walk of the kernel's whole connection hash table to reach the end of the file
@@ -14,10 +14,13 @@ The peer-uid rule asks who owns the far end of each accepted connection (`connec
 an exact lookup of one socket by its four ends (``inet_diag_req_v2`` with the whole
 ``inet_diag_sockid`` and ``INET_DIAG_NOCOOKIE``), which the kernel answers from its hash table
 (microseconds) where reading ``/proc/net/tcp`` and ``tcp6`` costs milliseconds that grow with
-every connection on the machine.
+every connection on the machine. The kernel answers within the request's ``send``, so the
+question can be asked in an event loop without blocking: `OwnerAsker` does, over a netlink
+socket kept open (about 4 µs a question here), for the guard's check of every connection as it
+is accepted.
 
-Where netlink cannot be used (not Linux, a sandbox without ``NETLINK_SOCK_DIAG``), `listeners`
-and `connection_owner` answer None and the caller reads the tables instead.
+Where netlink cannot be used (not Linux, a sandbox without ``NETLINK_SOCK_DIAG``), `listeners`,
+`connection_owner` and `OwnerAsker` answer None and the caller reads the tables instead.
 """
 
 from __future__ import annotations
