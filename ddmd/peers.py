@@ -24,16 +24,29 @@ peer always has its row, so only a peer that is gone or hiding lands there.
 A refused connection is closed at once. It is logged as ``security.peer_refused`` (uid, user,
 port, port_kind, reason, count) at most once per (uid, port) every `REFUSED_LOG_INTERVAL`
 seconds (``count``: the refusals since the previous line) and counted per kind of port for
-``ddmd_peers_refused_total``.
+``ddmd_peers_refused_total``. The user's name (the user database may ask a network directory)
+is looked up in a worker thread, and only for the lines written: a refusal that only adds to a
+count costs nothing more.
 
-The owner of one connection is asked of the kernel over netlink (`sockdiag.connection_owner`:
-one socket by its four ends, microseconds); only where netlink cannot answer are the socket
-tables read (blocking file I/O whose cost grows with the number of sockets on the machine:
-milliseconds). The lookup, and the user-name lookup (which may ask a network directory), run in
-a worker thread under `LOOKUP_TIMEOUT`; one that overruns it refuses the peer (an attacker must
-not get in by making the lookup slow). Connections are checked concurrently and apart from the
-accept loop (`GuardedListener.serve`), so a flood of connections, idle or refused, never makes
-the next client wait for the flood's checks.
+Admission (`GuardedListener.serve`). The owner of one connection is asked of the kernel over
+netlink (`sockdiag.OwnerAsker`: one socket by its four ends, over a netlink socket kept open),
+and the kernel answers within the request's own syscall: the whole check takes about 10 µs,
+less than handing the question to a worker thread would cost. So each connection is judged in
+the accept loop as it is accepted (`PeerGuard.check_now`), without blocking (an answer not
+there at once counts as none): an allowed peer is handed on, any other closed, before the next
+accept. Nothing waits in ddmd; what waits is in the kernel's queue of the listening socket, in
+the order it came, so a flood from one user, idle or refused, is worked through at that rate
+and cannot push anyone's connection out: it costs the next client the flood's checks, never its
+place. Unix sockets are judged in line too (``SO_PEERCRED``).
+
+Only where netlink cannot answer (not Linux; a sandbox without ``NETLINK_SOCK_DIAG``) are the
+socket tables read: blocking file I/O whose cost grows with the number of sockets on the
+machine (milliseconds), in a worker thread (`LOOKUP_THREADS` at once), apart from the accept
+loop, under `LOOKUP_TIMEOUT`; a lookup that overruns it refuses the peer (an attacker must not
+get in by making the lookup slow). At most `MAX_PENDING` connections per listener wait for
+such a lookup; then the listener stops accepting until one is settled, so the next
+connections wait in the kernel's queue, in order. No connection is ever closed unchecked: a
+listener that closed the newest past a bound let a flood crowd out adb, jdb or the API.
 
 Why a wrapped listener: the check must run between accept() and the first read. For the JDWP
 ports that is ddmd's own accept loop; the control API is served by hypercorn, which has no
@@ -72,10 +85,13 @@ __all__ = [
     "PeerGuard",
     "PeerPolicy",
     "PortKind",
+    "RefusalLine",
     "Verdict",
+    "check_now",
     "check_peer",
     "find_owner",
     "is_local_peer",
+    "look_up",
     "user_name",
     "warn_if_unchecked",
 ]
@@ -92,12 +108,16 @@ PORT_KINDS: Final[tuple[PortKind, ...]] = (
     "front_forward",
 )
 
-#: Seconds for one owner lookup (socket tables + user name) before the peer is refused.
+#: Seconds for one owner lookup in a worker thread (the socket tables) before the peer is
+#: refused; also the most a refusal line waits for the user's name.
 LOOKUP_TIMEOUT: Final = 2.0
-#: Owner lookups at once (each a sock_diag question, or a read of the tables without netlink).
+#: Lookups in worker threads at once (a read of the socket tables where netlink cannot answer;
+#: the user's name for a refusal line).
 LOOKUP_THREADS: Final = 4
-#: Accepted connections per listener waiting for (or in) their check; past it the newest is
-#: closed unchecked, so a flood never grows memory nor holds up the accept loop.
+#: Accepted connections per listener waiting for (or in) a lookup in a worker thread. When that
+#: many wait, the listener accepts no more until one is settled: the next connections wait in
+#: the kernel's queue of the listening socket, in the order they came, and none is closed
+#: unchecked. Only a check the kernel cannot answer in line (no netlink) waits at all.
 MAX_PENDING: Final = 256
 #: Seconds between two ``security.peer_refused`` lines for the same uid and port (the later
 #: one carries the count of refusals since the previous line).
@@ -105,6 +125,12 @@ REFUSED_LOG_INTERVAL: Final = 10.0
 
 #: The socket tables' answer for one connection: (ours, peer, proc_root) -> owner.
 TableLookup = Callable[[tuple[str, int], tuple[str, int], str], PeerOwner]
+#: The kernel's answer without blocking: (peer, ours) -> owner, None when it gives none.
+QuickLookup = Callable[[tuple[str, int], tuple[str, int]], PeerOwner | None]
+
+
+def _ask_once(peer: tuple[str, int], ours: tuple[str, int]) -> PeerOwner | None:
+    return sockdiag.connection_owner(peer, ours, wait=False)
 
 
 def _read_tables(ours: tuple[str, int], peer: tuple[str, int], proc_root: str) -> PeerOwner:
@@ -196,55 +222,50 @@ class PeerPolicy:
             )
         return Verdict(False, None, "its socket is not in the socket tables (gone)")
 
-    def judge_now(self, facts: _Facts) -> Verdict | None:
-        """The verdict on an allowed local TCP peer, had in line: the kernel answers a
-        sock_diag request for one socket within the syscall, so the common case needs no worker
-        thread (a thread hop costs more than the lookup). None for anything else (refused,
-        closed, no netlink, a unix socket): ``judge`` in a thread then, which also looks up the
-        user's name for the log."""
+    def judge_now(self, facts: _Facts, ask: QuickLookup = _ask_once) -> Verdict | None:
+        """The verdict had in line, without blocking: a unix socket's (``SO_PEERCRED``), and a
+        TCP peer's whenever the kernel answers the sock_diag request for its one socket, which
+        it does within the syscall (microseconds; a worker thread would cost more than the
+        lookup): allowed, refused, closed or absent alike. None only where netlink gives no
+        answer: `judge` then reads the socket tables in a worker thread. ``ask``: the kernel's
+        answer (`PeerGuard` passes its `sockdiag.OwnerAsker`)."""
+        if facts.family == socket.AF_UNIX:
+            return self._judge_unix(facts.peer_uid)
         if facts.ours is None or facts.peer is None:
+            return self._judge_unknown()
+        owner = ask(facts.peer, facts.ours)
+        if owner is None:
             return None
-        owner = sockdiag.connection_owner(facts.peer, facts.ours)
-        if (
-            owner is None
-            or owner.status != "found"
-            or owner.uid is None
-            or not self.uid_allowed(owner.uid)
-            or not is_local_peer(facts.peer[0], facts.ours[0])
-        ):
-            return None
-        return Verdict(True, owner.uid, "allowed uid")
+        return self.judge_owner(owner, local_peer=is_local_peer(facts.peer[0], facts.ours[0]))
 
     def judge(self, facts: _Facts, proc_root: str, tables: TableLookup = _read_tables) -> Verdict:
-        """Blocking (socket tables, user database): run in a worker thread."""
+        """Blocking (sock_diag, else the socket tables): run in a worker thread."""
         if facts.family == socket.AF_UNIX:
-            if facts.peer_uid is None:
-                verdict = Verdict(
-                    self.unknown == "allow",
-                    None,
-                    "owner unknown (no SO_PEERCRED here): [security] unknown_peer",
-                )
-            elif self.uid_allowed(facts.peer_uid):
-                verdict = Verdict(True, facts.peer_uid, "allowed uid")
-            else:
-                verdict = Verdict(
-                    False, facts.peer_uid, "its user is not allowed ([security] allowed_uids)"
-                )
-        elif facts.ours is not None and facts.peer is not None:
-            owner = find_owner(facts.ours, facts.peer, proc_root, tables)
-            local = is_local_peer(facts.peer[0], facts.ours[0])
-            verdict = self.judge_owner(owner, local_peer=local)
-        else:
-            verdict = Verdict(
-                self.unknown == "allow", None, "owner unknown: [security] unknown_peer"
+            return self._judge_unix(facts.peer_uid)
+        if facts.ours is None or facts.peer is None:
+            return self._judge_unknown()
+        owner = find_owner(facts.ours, facts.peer, proc_root, tables)
+        return self.judge_owner(owner, local_peer=is_local_peer(facts.peer[0], facts.ours[0]))
+
+    def _judge_unix(self, peer_uid: int | None) -> Verdict:
+        if peer_uid is None:
+            return Verdict(
+                self.unknown == "allow",
+                None,
+                "owner unknown (no SO_PEERCRED here): [security] unknown_peer",
             )
-        if not verdict.allowed and verdict.uid is not None:
-            return Verdict(False, verdict.uid, verdict.reason, user_name(verdict.uid))
-        return verdict
+        if self.uid_allowed(peer_uid):
+            return Verdict(True, peer_uid, "allowed uid")
+        return Verdict(False, peer_uid, "its user is not allowed ([security] allowed_uids)")
+
+    def _judge_unknown(self) -> Verdict:
+        return Verdict(self.unknown == "allow", None, "owner unknown: [security] unknown_peer")
 
 
 def is_local_peer(peer: str, ours: str) -> bool:
     """A peer on this machine: loopback, or the very address it connected to."""
+    if peer == ours:
+        return True
     try:
         address = ipaddress.ip_address(peer.split("%", 1)[0])
     except ValueError:
@@ -298,11 +319,13 @@ class PeerGuard:
         max_pending: int = MAX_PENDING,
     ) -> None:
         self.policy = policy
-        self.max_pending = max_pending
+        self.max_pending = max(1, max_pending)
         self._proc_root = proc_root
         self._timeout = lookup_timeout
         self._tables = tables
         self._limiter = trio.CapacityLimiter(LOOKUP_THREADS)
+        # One netlink socket kept open for the in-line checks (they all run in the event loop).
+        self._ask = sockdiag.OwnerAsker()
         self._refused: dict[str, int] = dict.fromkeys(PORT_KINDS, 0)
         # (uid, port) -> (when its last line was logged, refusals since then not logged)
         self._logged: dict[tuple[int | None, str | int], tuple[float, int]] = {}
@@ -311,51 +334,140 @@ class PeerGuard:
         """Refused connections so far, per kind of port (for /metrics)."""
         return dict(self._refused)
 
-    async def admit(self, stream: trio.SocketStream, kind: PortKind) -> bool:
-        """True when the peer of `stream` may stay; a refusal is counted and logged (at most one
-        line per uid and port every `REFUSED_LOG_INTERVAL`). Never raises but Cancelled: a
-        check that fails refuses."""
-        verdict, where = await check_peer(
+    def check_now(self, stream: trio.SocketStream) -> tuple[Verdict | None, _Facts]:
+        """The verdict on the peer of `stream` where it can be had without blocking (nearly
+        always: `PeerPolicy.judge_now`), with what the socket told; None when it needs
+        `look_up`. Never raises: a check that fails refuses."""
+        return check_now(self.policy, stream, proc_root=self._proc_root, ask=self._ask)
+
+    async def look_up(self, facts: _Facts) -> Verdict:
+        """The verdict `check_now` could not give: the owner looked up in a worker thread under
+        the lookup timeout. Never raises but Cancelled."""
+        return await look_up(
             self.policy,
-            stream,
+            facts,
             proc_root=self._proc_root,
             limiter=self._limiter,
             lookup_timeout=self._timeout,
             tables=self._tables,
         )
+
+    async def admit(self, stream: trio.SocketStream, kind: PortKind) -> bool:
+        """True when the peer of `stream` may stay; a refusal is counted and logged (at most one
+        line per uid and port every `REFUSED_LOG_INTERVAL`). Never raises but Cancelled: a
+        check that fails refuses."""
+        verdict, facts = self.check_now(stream)
+        if verdict is None:
+            verdict = await self.look_up(facts)
         if verdict.allowed:
             return True
-        self.refuse(verdict, where, kind)
+        line = self.refuse(verdict, facts.where, kind)
+        if line is not None:
+            await self.report(line)
         return False
 
-    def refuse(self, verdict: Verdict, where: str | int, kind: PortKind) -> None:
-        """Count one refused connection and log it, rate-limited: the first refusal of a uid
-        at a port is logged at once, the following ones in one line (``count``) at most every
-        `REFUSED_LOG_INTERVAL` seconds, so a flood of refused connections costs a line, not a
-        thousand."""
+    def refuse(self, verdict: Verdict, where: str | int, kind: PortKind) -> RefusalLine | None:
+        """Count one refused connection; the ``security.peer_refused`` line to write (with
+        `report`) when one is due, None when this refusal only adds to the next line's count.
+        The first refusal of a uid at a port is written at once, the following ones in one line
+        (``count``) at most every `REFUSED_LOG_INTERVAL` seconds, so a flood of refused
+        connections costs a line, not a thousand, and the user's name is looked up only for
+        the lines written."""
         self._refused[kind] = self._refused.get(kind, 0) + 1
         if verdict.gone:
             log.debug(Event.SECURITY_PEER_GONE, port=where, port_kind=kind, reason=verdict.reason)
-            return
+            return None
         key = (verdict.uid, where)
         now = trio.current_time()
         last = self._logged.get(key)
         if last is not None and now - last[0] < REFUSED_LOG_INTERVAL:
             self._logged[key] = (last[0], last[1] + 1)
-            return
+            return None
         count = 1 if last is None else last[1] + 1
         self._logged[key] = (now, 0)
         if len(self._logged) > 4096:  # many ports and uids over a long run: forget the oldest
             del self._logged[next(iter(self._logged))]
-        log.warning(
-            Event.SECURITY_PEER_REFUSED,
-            uid=verdict.uid,
-            user=verdict.user,
-            port=where,
-            port_kind=kind,
-            reason=verdict.reason,
-            count=count,
-        )
+        return RefusalLine(verdict, where, kind, count)
+
+    async def report(self, line: RefusalLine) -> None:
+        """Write a line that `refuse` found due, naming the user (the user database may ask a
+        network directory: looked up in a worker thread, and left out when that overruns the
+        lookup timeout or the listener stops meanwhile: the line is written all the same)."""
+        user = line.verdict.user
+        try:
+            if user is None and line.verdict.uid is not None:
+                with trio.move_on_after(self._timeout):
+                    user = await trio.to_thread.run_sync(
+                        user_name, line.verdict.uid, abandon_on_cancel=True, limiter=self._limiter
+                    )
+        finally:
+            log.warning(
+                Event.SECURITY_PEER_REFUSED,
+                uid=line.verdict.uid,
+                user=user,
+                port=line.where,
+                port_kind=line.kind,
+                reason=line.verdict.reason,
+                count=line.count,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalLine:
+    """A ``security.peer_refused`` line due (`PeerGuard.refuse`), to be written by
+    `PeerGuard.report`."""
+
+    verdict: Verdict
+    where: str | int
+    kind: PortKind
+    count: int
+
+
+def check_now(
+    policy: PeerPolicy,
+    stream: trio.SocketStream,
+    *,
+    proc_root: str = "/proc",
+    ask: QuickLookup = _ask_once,
+) -> tuple[Verdict | None, _Facts]:
+    """The verdict on the far end of `stream` had in line (`PeerPolicy.judge_now`; with a
+    ``proc_root`` other than ``/proc``, a test's, only `look_up` answers), or None, and what the
+    socket told (its ``where``: our port or socket path, for the log). Never raises."""
+    try:
+        facts = _facts(stream.socket)
+    except OSError:
+        closed = "it closed the connection before it could be checked"
+        return Verdict(False, None, closed, gone=True), _Facts(stream.socket.family)
+    if proc_root != "/proc":
+        return None, facts
+    try:
+        return policy.judge_now(facts, ask), facts
+    except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
+        return Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}"), facts
+
+
+async def look_up(
+    policy: PeerPolicy,
+    facts: _Facts,
+    *,
+    proc_root: str = "/proc",
+    limiter: trio.CapacityLimiter | None = None,
+    lookup_timeout: float = LOOKUP_TIMEOUT,
+    tables: TableLookup = _read_tables,
+) -> Verdict:
+    """The verdict from `PeerPolicy.judge` in a worker thread; a lookup that overruns
+    `lookup_timeout` or fails refuses. Never raises but Cancelled."""
+    verdict = Verdict(False, None, f"its owner could not be found within {lookup_timeout:g} s")
+    try:
+        with trio.move_on_after(lookup_timeout):
+            verdict = await trio.to_thread.run_sync(
+                partial(policy.judge, facts, proc_root, tables),
+                abandon_on_cancel=True,
+                limiter=limiter,
+            )
+    except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
+        verdict = Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}")
+    return verdict
 
 
 async def check_peer(
@@ -367,32 +479,19 @@ async def check_peer(
     lookup_timeout: float = LOOKUP_TIMEOUT,
     tables: TableLookup = _read_tables,
 ) -> tuple[Verdict, str | int]:
-    """The verdict on the far end of `stream` (a connection we accepted, or one we opened:
-    the scan checks a VM's owner the same way), and our port (or socket path) for the log.
-    The lookup runs in a worker thread; one that overruns `lookup_timeout` or fails refuses."""
-    try:
-        facts = _facts(stream.socket)
-    except OSError:
-        closed = "it closed the connection before it could be checked"
-        return Verdict(False, None, closed, gone=True), "?"
-    if proc_root == "/proc":
-        try:
-            quick = policy.judge_now(facts)
-        except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
-            failed = f"the check failed: {type(exc).__name__}: {exc}"
-            return Verdict(False, None, failed), facts.where
-        if quick is not None:
-            return quick, facts.where
-    verdict = Verdict(False, None, f"its owner could not be found within {lookup_timeout:g} s")
-    try:
-        with trio.move_on_after(lookup_timeout):
-            verdict = await trio.to_thread.run_sync(
-                partial(policy.judge, facts, proc_root, tables),
-                abandon_on_cancel=True,
-                limiter=limiter,
-            )
-    except Exception as exc:  # a bug must refuse, never let a peer in or stop a port
-        verdict = Verdict(False, None, f"the check failed: {type(exc).__name__}: {exc}")
+    """The verdict on the far end of `stream` (a connection we accepted, or one we opened),
+    and our port (or socket path) for the log: in line where it can be had (`check_now`), else
+    looked up in a worker thread (`look_up`)."""
+    verdict, facts = check_now(policy, stream, proc_root=proc_root)
+    if verdict is None:
+        verdict = await look_up(
+            policy,
+            facts,
+            proc_root=proc_root,
+            limiter=limiter,
+            lookup_timeout=lookup_timeout,
+            tables=tables,
+        )
     return verdict, facts.where
 
 
@@ -400,12 +499,15 @@ class GuardedListener(trio.abc.Listener[trio.SocketStream]):
     """A `trio.SocketListener` whose connections are handed on only when the guard admits
     them; the others are closed before anything is read from them or written to them.
 
-    `serve` admits connections concurrently: the accept loop never waits for a check, at most
-    `PeerGuard.max_pending` accepted connections wait for theirs (past that the newest is
-    closed unchecked and counted as refused), the checks run a few at a time, and each is
-    bounded by the lookup timeout. So a thousand idle or refused connections cost the next
-    client nothing but its own check. `accept` (the `trio.abc.Listener` interface) checks one
-    connection at a time; ddmd's own loops use `serve`.
+    `serve` judges each connection as it accepts it, in line (`PeerGuard.check_now`: one
+    sock_diag request, microseconds): an allowed one is handed on, a refused one closed, before
+    the next accept, so nothing queues behind a flood but the kernel's own queue, in arrival
+    order. Only a connection the kernel cannot answer for in line (no netlink) is looked up in
+    a worker thread, concurrently and apart from the accept loop; when `PeerGuard.max_pending`
+    of those wait, the loop accepts no more until one is settled (the next connections wait in
+    the kernel's queue; none is closed unchecked), and each lookup is bounded by the lookup
+    timeout. `accept` (the `trio.abc.Listener` interface) checks one connection at a time;
+    ddmd's own loops use `serve`.
     """
 
     def __init__(self, inner: trio.SocketListener, guard: PeerGuard, kind: PortKind) -> None:
@@ -413,6 +515,7 @@ class GuardedListener(trio.abc.Listener[trio.SocketStream]):
         self._guard = guard
         self._kind: PortKind = kind
         self._pending = 0
+        self._room = trio.Event()
 
     @property
     def socket(self) -> trio.socket.SocketType:
@@ -420,7 +523,7 @@ class GuardedListener(trio.abc.Listener[trio.SocketStream]):
 
     @property
     def pending(self) -> int:
-        """Accepted connections waiting for (or in) their check."""
+        """Accepted connections waiting for (or in) a lookup in a worker thread."""
         return self._pending
 
     async def accept(self) -> trio.SocketStream:
@@ -439,47 +542,59 @@ class GuardedListener(trio.abc.Listener[trio.SocketStream]):
         """Accept until cancelled, handing each admitted connection to ``deliver`` (which must
         not block). An accept that fails (out of file descriptors) is logged and retried a
         moment later."""
-        async with trio.open_nursery() as checks:
+        async with trio.open_nursery() as tasks:
             while True:
+                while self._pending >= self._guard.max_pending:
+                    self._room = trio.Event()
+                    await self._room.wait()
                 try:
                     stream = await self._inner.accept()
                 except OSError as exc:
                     log.warning(Event.LISTENER_ACCEPT_FAILED, error=str(exc))
                     await trio.sleep(0.1)
                     continue
-                if self._pending >= self._guard.max_pending:
-                    where = _port_of(stream)
-                    _close_now(stream)
-                    reason = f"{self._pending} connections were already waiting for their check"
-                    self._guard.refuse(Verdict(False, None, reason), where, self._kind)
-                    continue
-                self._pending += 1
-                checks.start_soon(self._check, stream, deliver)
+                verdict, facts = self._guard.check_now(stream)
+                if verdict is None:
+                    self._pending += 1
+                    tasks.start_soon(self._look_up, stream, facts, deliver, tasks)
+                else:
+                    self._settle(stream, verdict, facts.where, deliver, tasks)
 
-    async def _check(
-        self, stream: trio.SocketStream, deliver: Callable[[trio.SocketStream], None]
+    async def _look_up(
+        self,
+        stream: trio.SocketStream,
+        facts: _Facts,
+        deliver: Callable[[trio.SocketStream], None],
+        tasks: trio.Nursery,
     ) -> None:
         try:
-            admitted = await self._guard.admit(stream, self._kind)
+            verdict = await self._guard.look_up(facts)
         except BaseException:
             _close_now(stream)
             raise
         finally:
             self._pending -= 1
-        if admitted:
+            self._room.set()
+        self._settle(stream, verdict, facts.where, deliver, tasks)
+
+    def _settle(
+        self,
+        stream: trio.SocketStream,
+        verdict: Verdict,
+        where: str | int,
+        deliver: Callable[[trio.SocketStream], None],
+        tasks: trio.Nursery,
+    ) -> None:
+        if verdict.allowed:
             deliver(stream)
-        else:
-            _close_now(stream)
+            return
+        _close_now(stream)
+        line = self._guard.refuse(verdict, where, self._kind)
+        if line is not None:
+            tasks.start_soon(self._guard.report, line)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-def _port_of(stream: trio.SocketStream) -> str | int:
-    try:
-        return int(stream.socket.getsockname()[1])
-    except (OSError, IndexError, TypeError, ValueError):
-        return "?"
 
 
 def _close_now(stream: trio.SocketStream) -> None:

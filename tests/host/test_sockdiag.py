@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 
 import pytest
 
@@ -170,3 +171,103 @@ def test_without_netlink_the_tables_are_read(monkeypatch: pytest.MonkeyPatch) ->
 
     assert find_owner(("127.0.0.1", 1), ("127.0.0.1", 2), "/proc", tables) == PeerOwner(7, "found")
     assert read == [("127.0.0.1", 2)]
+
+
+@needs_netlink
+def test_an_ipv4_client_of_a_dual_stack_listener_is_found() -> None:
+    # A listener on "::" sees an IPv4 client as ::ffff:127.0.0.1: its socket is an IPv4 one.
+    try:
+        server = _listen(socket.AF_INET6, "::", 0)
+    except OSError:
+        pytest.skip("no IPv6 in this kernel")
+    with server, socket.create_connection(("127.0.0.1", server.getsockname()[1])) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            ours, peer = accepted.getsockname()[:2], accepted.getpeername()[:2]
+            assert peer[0] == "::ffff:127.0.0.1"
+            owner = sockdiag.connection_owner(peer, ours, wait=False)
+            assert owner is not None
+            assert (owner.status, owner.uid) == ("found", os.getuid())
+            assert owner.inode == os.fstat(client.fileno()).st_ino
+
+
+def test_ends_of_two_families_are_no_connection() -> None:
+    owner = sockdiag.connection_owner(("127.0.0.1", 1), ("::2", 2))
+    assert owner == PeerOwner(None, "absent")
+
+
+# --- the same question without blocking, over a netlink socket kept open
+
+
+@needs_netlink
+def test_the_asker_answers_as_connection_owner_again_and_again() -> None:
+    ask = sockdiag.OwnerAsker()
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            clients = [socket.create_connection(server.getsockname()) for _ in range(3)]
+            accepted = [server.accept()[0] for _ in clients]
+            for _ in range(2):
+                for client, mine in zip(clients, accepted, strict=True):
+                    ours, peer = mine.getsockname(), mine.getpeername()
+                    owner = ask(peer, ours)
+                    assert owner == sockdiag.connection_owner(peer, ours)
+                    assert owner is not None
+                    assert (owner.status, owner.uid) == ("found", os.getuid())
+                    assert owner.inode == os.fstat(client.fileno()).st_ino
+            for sock in clients + accepted:
+                sock.close()
+    finally:
+        ask.close()
+
+
+def _answer(seq: int, uid: int, inode: int) -> bytes:
+    body = bytearray(72)
+    body[0], body[1] = socket.AF_INET, 1  # ESTABLISHED
+    struct.pack_into("=II", body, 64, uid, inode)
+    return struct.pack("=IHHII", 16 + len(body), 20, 0, seq, 0) + bytes(body)
+
+
+class FakeNetlink:
+    """A netlink socket whose answers are given in advance; counts how many were opened."""
+
+    opened = 0
+    answers: list[bytes | type[OSError]] = []
+
+    def __init__(self, *args: object) -> None:
+        FakeNetlink.opened += 1
+        self.closed = False
+
+    def setblocking(self, flag: bool) -> None:
+        assert flag is False, "the asker must never block"
+
+    def send(self, data: bytes) -> int:
+        return len(data)
+
+    def recv(self, size: int) -> bytes:
+        answer = FakeNetlink.answers.pop(0)
+        if isinstance(answer, bytes):
+            return answer
+        raise answer()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_asker_skips_a_late_answer_and_never_waits(monkeypatch) -> None:
+    monkeypatch.setattr(sockdiag.socket, "socket", FakeNetlink)
+    monkeypatch.setattr(FakeNetlink, "opened", 0)
+    ends = (("127.0.0.1", 40000), ("127.0.0.1", 5038))
+    ask = sockdiag.OwnerAsker()
+    # The first question's answer is not there at once: no answer, and the socket is dropped.
+    FakeNetlink.answers = [BlockingIOError]
+    assert ask(*ends) is None
+    # The second question finds the first one's answer, come late, before its own.
+    FakeNetlink.answers = [_answer(1, 4242, 7), _answer(2, 1000, 8)]
+    assert ask(*ends) == PeerOwner(1000, "found", 8)
+    assert FakeNetlink.opened == 2  # a fresh socket after the trouble
+    FakeNetlink.answers = [_answer(3, 1000, 9)]
+    assert ask(*ends) == PeerOwner(1000, "found", 9)
+    assert FakeNetlink.opened == 2  # kept open while all is well
+    ask.close()

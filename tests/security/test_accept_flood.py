@@ -1,6 +1,7 @@
-"""A flood of connections to a guarded listener (issue 31, item 9.1): idle or refused, they never
-hold up the next client, no check reads the kernel's socket tables where sock_diag answers, and
-a refused burst costs one log line with a count, not one per connection."""
+"""A flood of connections to a guarded listener (issue 31, item 9): idle or refused, they never
+hold up the next client nor crowd it out, no check reads the kernel's socket tables or takes a
+worker thread where sock_diag answers, and a refused burst costs one log line with a count (and
+one user-name lookup per line), not one per connection."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ import os
 import threading
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from structlog.testing import capture_logs
 
+from ddmd import peers
 from ddmd.host import sockdiag
 from ddmd.host.localproc import PeerOwner
 from ddmd.peers import GuardedListener, PeerGuard, PeerPolicy, Verdict
+from tests.actors.needs import IN_CI
 from tests.front.fakes import FakeHub, ForwardingFakeAdb, ask, running_front, wire
 
 CAP = 30  # seconds: generous, no latency is asserted
 FLOOD = 1000
 ME = os.getuid()
+FOREIGN = 4242  # a uid that is neither this user nor root
 
 
 def _netlink_works() -> bool:
@@ -74,7 +79,7 @@ def slow_first_policy() -> tuple[PeerPolicy, threading.Event, threading.Event]:
     gate, started = threading.Event(), threading.Event()
 
     class SlowFirst(PeerPolicy):
-        def judge_now(self, facts: Any) -> Verdict | None:
+        def judge_now(self, facts: Any, ask: Any = None) -> Verdict | None:
             return None  # no quick answer: every check takes the (slow) lookup below
 
         def judge(self, facts: Any, proc_root: str, tables: Any = None) -> Verdict:
@@ -113,46 +118,158 @@ async def test_a_slow_check_never_delays_the_next_connection() -> None:
         gate.set()
 
 
-async def test_past_the_bound_the_newest_connections_are_closed_unchecked() -> None:
-    policy, gate, started = slow_first_policy()
-    guard = PeerGuard(policy, lookup_timeout=CAP, max_pending=1)
+class GatedTables:
+    """Fake socket tables (the path taken where netlink cannot answer): the peers whose port is
+    in ``mine`` are this user's, answered at once; every other peer is another user's, and its
+    row is read only when ``gate`` opens (a slow /proc), so its check stays pending. ``full``
+    is set once ``waiting`` such checks wait."""
+
+    def __init__(self, waiting: int) -> None:
+        self.gate, self.full = threading.Event(), threading.Event()
+        self.mine: set[int] = set()
+        self._waiting = waiting
+        self._lock = threading.Lock()
+
+    def __call__(self, ours: tuple[str, int], peer: tuple[str, int], proc_root: str) -> PeerOwner:
+        if peer[1] in self.mine:
+            return PeerOwner(ME, "found")
+        with self._lock:
+            self._waiting -= 1
+            if self._waiting == 0:
+                self.full.set()
+        self.gate.wait(CAP)
+        return PeerOwner(FOREIGN, "found")
+
+
+async def _welcome(receive: trio.MemoryReceiveChannel[Any]) -> None:
+    async for stream in receive:
+        await stream.send_all(b"welcome")
+
+
+async def test_a_flood_holding_every_pending_check_never_crowds_out_the_next_client(
+    tmp_path,
+) -> None:
+    # Issue 31, item 9: another user's connections fill every pending check; the next client,
+    # this user's, must be checked and admitted once there is room, never closed unchecked.
+    pending = peers.LOOKUP_THREADS  # every lookup thread busy, every pending check taken
+    tables = GatedTables(pending)
+    guard = PeerGuard(
+        PeerPolicy(frozenset({ME})),
+        proc_root=str(tmp_path),  # not /proc: the (gated) tables answer, not sock_diag
+        tables=tables,
+        lookup_timeout=CAP,
+        max_pending=pending,
+    )
     (inner,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = inner.socket.getsockname()[1]
+    listener = GuardedListener(inner, guard, "front")
     send, receive = trio.open_memory_channel[Any](10)
+    mine = trio.socket.socket()
+    await mine.bind(("127.0.0.1", 0))
+    tables.mine.add(mine.getsockname()[1])
+    flood: list[trio.socket.SocketType] = []
     try:
-        with capture_logs() as logs, trio.fail_after(CAP):
+        with trio.fail_after(CAP):
             async with trio.open_nursery() as nursery:
-                listener = GuardedListener(inner, guard, "vm_port")
                 nursery.start_soon(_serve, listener, send)
-                await _open_idle(port, 1)
-                await trio.to_thread.run_sync(started.wait, CAP)
-                (extra,) = await _open_idle(port, 1)
-                assert await extra.recv(10) == b""  # closed before a byte was read
-                assert guard.refused_counts()["vm_port"] == 1
-                gate.set()
-                await receive.receive()
+                nursery.start_soon(_welcome, receive)
+                flood = await _open_idle(port, pending)
+                await trio.to_thread.run_sync(tables.full.wait, CAP)
+                assert listener.pending == pending
+                await mine.connect(("127.0.0.1", port))
+                tables.gate.set()
+                assert await mine.recv(7) == b"welcome", "the client was closed unchecked"
+                for sock in flood:
+                    assert await sock.recv(7) == b""  # refused: closed, nothing sent
                 nursery.cancel_scope.cancel()
     finally:
-        gate.set()
+        tables.gate.set()
+        mine.close()
+        for sock in flood:
+            sock.close()
+    assert guard.refused_counts()["front"] == pending
+
+
+class CountingPolicy(PeerPolicy):
+    """The rule as built, counting the checks that went to a worker thread."""
+
+    threads = 0
+
+    def judge(self, facts: Any, proc_root: str, tables: Any = None) -> Verdict:
+        CountingPolicy.threads += 1
+        return super().judge(facts, proc_root, tables)
+
+
+@pytest.mark.skipif(not _netlink_works() and not IN_CI, reason="needs Linux netlink sock_diag")
+async def test_a_refused_flood_is_judged_in_line_without_a_thread(monkeypatch) -> None:
+    # Where sock_diag answers, a refused peer is settled as it is accepted: no worker thread,
+    # nothing pending, so no flood can fill the pending checks; the one line's user name is
+    # the only lookup.
+    monkeypatch.setattr(CountingPolicy, "threads", 0)
+    names: list[int] = []
+
+    def counting_name(uid: int | None) -> str | None:
+        names.append(uid or 0)
+        return "someone"
+
+    monkeypatch.setattr(peers, "user_name", counting_name)
+    guard = PeerGuard(CountingPolicy(frozenset({FOREIGN})), max_pending=1)  # not this user
+    (inner,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = inner.socket.getsockname()[1]
+    listener = GuardedListener(inner, guard, "front")
+    send, _receive = trio.open_memory_channel[Any](FLOOD)
+    with capture_logs() as logs, trio.fail_after(CAP):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_serve, listener, send)
+            flood = await _open_idle(port, FLOOD // 4)
+            try:
+                for sock in flood:
+                    assert await sock.recv(7) == b""
+                    assert listener.pending == 0
+            finally:
+                for sock in flood:
+                    sock.close()
+            nursery.cancel_scope.cancel()
+    assert CountingPolicy.threads == 0
+    assert guard.refused_counts()["front"] == FLOOD // 4
     (line,) = [e for e in logs if e["event"] == "security.peer_refused"]
-    assert "waiting for their check" in line["reason"]
+    assert (line["uid"], line["user"]) == (ME, "someone")
+    assert names == [ME]
 
 
-def test_a_refused_burst_is_one_line_with_its_count() -> None:
+def test_a_refused_burst_is_one_line_with_its_count(monkeypatch) -> None:
+    names: list[int | None] = []
+
+    def counting_name(uid: int | None) -> str | None:
+        names.append(uid)
+        return "stranger"
+
+    monkeypatch.setattr(peers, "user_name", counting_name)
     guard = PeerGuard(PeerPolicy(frozenset({ME})))
     refused = Verdict(False, 4242, "its user is not allowed")
 
+    async def refuse() -> None:
+        line = guard.refuse(refused, 8700, "current_port")
+        if line is not None:
+            await guard.report(line)
+
+    clock = trio.testing.MockClock()
+
     async def burst() -> None:
         for _ in range(FLOOD):
-            guard.refuse(refused, 8700, "current_port")
-        await trio.sleep(11)
-        guard.refuse(refused, 8700, "current_port")
+            await refuse()
+        clock.jump(11)
+        await refuse()
 
     with capture_logs() as logs:
-        trio.run(burst, clock=trio.testing.MockClock(autojump_threshold=0))
+        trio.run(burst, clock=clock)
     lines = [e for e in logs if e["event"] == "security.peer_refused"]
-    assert [line["count"] for line in lines] == [1, FLOOD]
+    assert [(line["count"], line["user"]) for line in lines] == [
+        (1, "stranger"),
+        (FLOOD, "stranger"),
+    ]
     assert guard.refused_counts()["current_port"] == FLOOD + 1
+    assert names == [4242, 4242], "the user's name is looked up for the lines written only"
 
 
 def test_a_peer_that_closed_before_its_check_is_refused_but_not_a_warning() -> None:
@@ -163,8 +280,10 @@ def test_a_peer_that_closed_before_its_check_is_refused_but_not_a_warning() -> N
     stranger = Verdict(False, 4242, "its user is not allowed")
 
     async def both() -> None:
-        guard.refuse(gone, 8710, "control")
-        guard.refuse(stranger, 8710, "control")
+        assert guard.refuse(gone, 8710, "control") is None
+        line = guard.refuse(stranger, 8710, "control")
+        assert line is not None
+        await guard.report(line)
 
     with capture_logs() as logs:
         trio.run(both, clock=trio.testing.MockClock(autojump_threshold=0))

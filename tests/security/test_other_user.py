@@ -329,3 +329,58 @@ async def _check_adoption(
             user, f"127.0.0.1:{foreign_port}", HANDSHAKE, other=True, want=len(HANDSHAKE)
         )
         assert (got, error) == (HANDSHAKE, None)
+
+
+FLOODER = r"""
+import socket, sys
+port = int(sys.argv[1])
+held = []
+while True:  # until killed: connect, hold the last 200, say when the first 200 are open
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    if len(held) > 200:
+        held.pop(0).close()
+    elif len(held) == 200:
+        print("flooding", flush=True)
+"""
+
+
+async def test_another_users_flood_never_crowds_out_ddmds_user(other_user) -> None:
+    # Issue 31, item 9: uid 65534 keeps opening connections (and holding the last 200), with
+    # the smallest bound on pending checks; ddmd's own user's connections during the flood are
+    # admitted all the same, none closed unchecked.
+    from ddmd.peers import GuardedListener, PeerGuard, PeerPolicy
+
+    guard = PeerGuard(PeerPolicy(frozenset({os.geteuid(), 0})), max_pending=1)
+    (inner,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = inner.socket.getsockname()[1]
+    send, receive = trio.open_memory_channel[trio.SocketStream](10)
+
+    async def welcome() -> None:
+        async for stream in receive:
+            await stream.send_all(HANDSHAKE)
+
+    argv = other_user.argv(other_user.python, "-c", FLOODER, str(port))
+    with trio.fail_after(CAP):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(GuardedListener(inner, guard, "front").serve, send.send_nowait)
+            nursery.start_soon(welcome)
+            flooder = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            try:
+                assert flooder.stdout is not None
+                assert b"flooding" in await flooder.stdout.receive_some(64)
+                for _ in range(5):
+                    got, error = await client(
+                        other_user, f"127.0.0.1:{port}", b"", other=False, want=len(HANDSHAKE)
+                    )
+                    assert (got, error) == (HANDSHAKE, None), "ddmd's own user was crowded out"
+            finally:
+                flooder.kill()
+                await flooder.wait()
+            nursery.cancel_scope.cancel()
+    assert guard.refused_counts()["front"] >= 200
