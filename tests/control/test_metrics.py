@@ -292,6 +292,28 @@ def test_the_host_label_defaults_to_this_machines_name():
     assert value(samples, "ddmd_vm_reconnects_total") == 0
 
 
+#: Series of one VM that ddmd knows everything about (docs/metrics.md counts with it).
+SERIES_PER_VM = 9
+
+
+def test_how_many_series_vms_make():
+    def count(n: int) -> int:
+        vms = [
+            FakeVm.android(
+                f"emulator-5554/{1000 + i}",
+                app=f"com.example.app{i}",
+                connected_at=NOW - 1,
+                foresight=ForesightSnapshot(True, 0.01, 0, 0, 0, 0),
+            )
+            for i in range(n)
+        ]
+        return len(scrape_collector(collector_of(make_vm_registry(*vms))))
+
+    none = count(0)
+    assert count(1) - none == SERIES_PER_VM
+    assert count(500) - none == 500 * SERIES_PER_VM
+
+
 def test_families_are_named_by_the_rules():
     for name, kind in FAMILIES.items():
         assert name.startswith("ddmd_"), name
