@@ -11,9 +11,11 @@ from typing import Any
 
 import httpx
 import prometheus_client
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from ddmd.config import parse_config
 from ddmd.control.app import create_app
 from ddmd.control.events import EventHub
 from ddmd.control.metrics import (
@@ -23,6 +25,7 @@ from ddmd.control.metrics import (
     make_registry,
     metrics_route,
 )
+from ddmd.errors import ConfigError
 from ddmd.front.stats import FrontStatistics
 from ddmd.protocol.jdwp import CommandSet, ReplyPacket, VirtualMachineCommand, encode
 from ddmd.registry import VmRegistry
@@ -312,6 +315,32 @@ def test_how_many_series_vms_make():
     none = count(0)
     assert count(1) - none == SERIES_PER_VM
     assert count(500) - none == 500 * SERIES_PER_VM
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ("", None),
+        ("lab-3", None),
+        ("Lab 3 (rack B) \u00e9", None),
+        ("h" * 253, None),
+        ("h" * 254, "is 254 characters long; at most 253"),
+        ("   ", "must not be only spaces"),
+        ("lab\t3", "must be printable"),
+        ("lab\n3", "must be printable"),
+        (3, "expected a string, got an integer"),
+    ],
+)
+def test_metrics_host_in_the_config(given: object, problem: str | None):
+    data = {"metrics": {"host": given}}
+    if problem is None:
+        host = parse_config(data, source="t.toml").metrics.host
+        assert host == (given or socket.gethostname() or "localhost")
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, source="t.toml")
+    assert problem in str(caught.value)
+    assert "[metrics] host" in str(caught.value)
 
 
 def test_families_are_named_by_the_rules():

@@ -64,7 +64,7 @@ async def test_a_real_scrape_passes_promtool_and_shows_a_held_suspension(tmp_pat
     (port,) = free_port_range(1)
     vm_id = f"tcp:{port}"
     with trio.fail_after(CAP):
-        async with monitor([port], tmp_path) as h:
+        async with monitor([port], tmp_path, metrics={"host": "lab-9"}) as h:
             await h.start_sim(port, pid=5150, threads=4)
             await h.wait_vm(vm_id, lambda v: v["state"] == "ready" and v["debugger_port"])
             stream = await trio.open_tcp_stream("127.0.0.1", h.started.current_port)
@@ -82,7 +82,7 @@ async def test_a_real_scrape_passes_promtool_and_shows_a_held_suspension(tmp_pat
             r = await h.client.get("/metrics")
             assert r.status_code == 200
             promtool_check(r.text)
-            samples = parse(r.text)[0]  # every name in FAMILIES, every series with its host
+            samples = parse(r.text, "lab-9")[0]  # every name in FAMILIES, [metrics] host
             labels = {"device": "local", "app": held["name"], "vm": vm_id}
             suspended = value(samples, "ddmd_vm_suspended_seconds", **labels)
             assert suspended > 0
@@ -95,7 +95,7 @@ async def test_a_real_scrape_passes_promtool_and_shows_a_held_suspension(tmp_pat
             await h.wait_vm(vm_id, lambda v: v["debuggers"][0]["suspended_since"] is None)
 
             async def resumed() -> bool:
-                samples = parse((await h.client.get("/metrics")).text)[0]
+                samples = parse((await h.client.get("/metrics")).text, "lab-9")[0]
                 return value(samples, "ddmd_vm_suspended_seconds", **labels) == 0
 
             await wait_until(resumed, 5, what="suspended seconds back at 0")
