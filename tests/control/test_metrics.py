@@ -437,3 +437,23 @@ async def test_counters_move_when_a_debugger_session_relays(tmp_path):
             gone = await scrape(h.client)
             assert value(gone, "ddmd_vms", source="tcp", ddm="yes") == 0
             assert_not_lower(gone, after)
+
+
+async def test_the_daemon_reads_the_running_fronts_counters():
+    # The daemon's wiring (daemon._front_statistics) against a front serving a fake adb server.
+    from ddmd.daemon import _front_statistics
+    from tests.front.test_front_fake import SERIAL, ask, fake_rig, forward, wire
+
+    collector = collector_of(VmRegistry(), front=_front_statistics)
+    async with fake_rig() as rig:
+        rig.hub.hold(SERIAL, 4242)
+        await ask(rig.port, wire("host:version"))
+        await ask(rig.port, b"0000")
+        await forward(rig.port, "host:forward:tcp:0;jdwp:4242")
+        samples = scrape_collector(collector)
+    assert value(samples, "ddmd_front_connections_total") == 3
+    assert value(samples, "ddmd_front_forwards", device=SERIAL) == 1
+    assert value(samples, "ddmd_front_requests_refused_total", reason="bad_request") == 1
+    assert value(samples, "ddmd_front_requests_relayed_total") == 1
+    gone = scrape_collector(collector)  # the front stopped with its rig
+    assert not [name for name, _ in gone if name.startswith("ddmd_front_")]
