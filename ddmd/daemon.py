@@ -180,6 +180,9 @@ class _Parts:
             scan_probes=discovery.scan_probes,
             hub=hub,
             peers=guard,
+            host=config.metrics.host,
+            logcat=logcat,
+            front=_front_statistics if _front_runs(config) else None,
         )
         return cls(
             registry,
@@ -194,6 +197,18 @@ class _Parts:
             logcat,
             collector,
         )
+
+
+def _front_runs(config: Config) -> bool:
+    """The adb front runs: it is enabled, and adb is used."""
+    return config.front.enabled and config.adb.enabled != "off"
+
+
+def _front_statistics() -> metrics.FrontCounts | None:
+    """The adb front's counters while it listens (for /metrics)."""
+    from ddmd.front.server import statistics  # adb's wire: imported once the front is used
+
+    return statistics()
 
 
 def _port_book(config: Config) -> tuple[PortBook, _Forgetting]:
@@ -358,7 +373,7 @@ async def _start_front(
 ) -> int | None:
     """The adb front (ddmd.front): adb tools share the VMs ddmd holds. Not without adb; None
     when it does not run."""
-    if not (config.front.enabled and config.adb.enabled != "off"):
+    if not _front_runs(config):
         return None
     from ddmd.front.server import serve_front  # adb's wire, only when adb is used
 

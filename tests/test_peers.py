@@ -598,7 +598,9 @@ async def test_metrics_show_refusals_and_the_task_count(clients) -> None:
     from ddmd.registry import VmRegistry
 
     guard = PeerGuard(BrokenPolicy(frozenset({ME, 0})))
-    collector = DaemonCollector(VmRegistry(), vms=list, retired=RelayTotals(), peers=guard)
+    collector = DaemonCollector(
+        VmRegistry(), vms=list, retired=RelayTotals(), peers=guard, host="h"
+    )
     listener, port = await open_guarded(guard, "current_port")
     with trio.fail_after(CAP):
         async with listener, trio.open_nursery() as nursery:
@@ -607,14 +609,14 @@ async def test_metrics_show_refusals_and_the_task_count(clients) -> None:
             clients.append(client)
             await connect(client, port, b"JDWP-Handshake")
             assert await read_all(client) == b""
-            before = _families(collector)["ddmd_trio_tasks"][()]
+            before = _families(collector)["ddmd_trio_tasks"][(("host", "h"),)]
             for _ in range(10):
                 nursery.start_soon(trio.sleep_forever)
             await trio.testing.wait_all_tasks_blocked()
             after = _families(collector)
-            assert after["ddmd_trio_tasks"][()] == before + 10
+            assert after["ddmd_trio_tasks"][(("host", "h"),)] == before + 10
             nursery.cancel_scope.cancel()
     refused = after["ddmd_peers_refused_total"]
-    assert refused[(("port_kind", "current_port"),)] == 1
-    assert refused[(("port_kind", "vm_port"),)] == 0
-    assert refused[(("port_kind", "control"),)] == 0
+    assert refused[(("host", "h"), ("port_kind", "current_port"))] == 1
+    assert refused[(("host", "h"), ("port_kind", "vm_port"))] == 0
+    assert refused[(("host", "h"), ("port_kind", "control"))] == 0

@@ -37,6 +37,7 @@ from ddmd.config.schema import (
     LimitsConfig,
     LogcatConfig,
     LogConfig,
+    MetricsConfig,
     MonitorConfig,
     Rule,
     ScanConfig,
@@ -67,6 +68,7 @@ class Config:
     extensions: ExtensionsConfig = field(default_factory=ExtensionsConfig)
     front: FrontConfig = field(default_factory=FrontConfig)
     logcat: LogcatConfig = field(default_factory=LogcatConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str | None = field(default=None, compare=False)
 
     @classmethod

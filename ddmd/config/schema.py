@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,6 +41,7 @@ __all__ = [
     "LogFormat",
     "LogLevel",
     "LogcatConfig",
+    "MetricsConfig",
     "MonitorConfig",
     "PortRange",
     "Rule",
@@ -159,6 +161,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
             {"allow_non_loopback": False, "allowed_uids": [], "unknown_peer": "allow"}
         ),
         "extensions": MappingProxyType({"disabled": []}),
+        "metrics": MappingProxyType({"host": ""}),
     }
 )
 
@@ -411,6 +414,23 @@ class ExtensionsConfig:
     disabled: tuple[str, ...] = ()
 
 
+#: The longest ``[metrics] host``: a DNS name's length.
+MAX_METRICS_HOST: Final = 253
+
+
+def this_host() -> str:
+    """This machine's host name (``[metrics] host = ""``); "localhost" if it has none."""
+    return socket.gethostname() or "localhost"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """[metrics]: ``host`` is the ``host`` label of every series on ``/metrics`` (already
+    resolved: "" in the file is this machine's host name)."""
+
+    host: str = field(default_factory=this_host)
+
+
 # --------------------------------------------------------------------------------------------------
 # The table: how each key of each section is read
 
@@ -563,5 +583,6 @@ SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
             {"format": rule("choice", LOG_FORMATS), "level": rule("choice", LOG_LEVELS)},
         ),
         "extensions": SectionSchema(ExtensionsConfig, {"disabled": rule("strings")}),
+        "metrics": SectionSchema(MetricsConfig, {"host": rule("metrics_host")}),
     }
 )

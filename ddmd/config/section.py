@@ -23,6 +23,7 @@ from ddmd.config.schema import (
     ADB_MODES,
     DEFAULT_ADB_PORT,
     DEFAULTS,
+    MAX_METRICS_HOST,
     MAX_PORT,
     MAX_SOCKET_PATH,
     MIN_PORT,
@@ -30,6 +31,7 @@ from ddmd.config.schema import (
     host_problem,
     is_int,
     is_loopback_host,
+    this_host,
 )
 from ddmd.errors import ConfigError
 
@@ -312,6 +314,22 @@ class SectionReader:
         problem = host_problem(value)
         if problem is not None:
             raise self.error(key, problem, value)
+        return value
+
+    def metrics_host(self, key: str) -> str:
+        """``[metrics] host``: the ``host`` label of every metric; "" is this machine's host
+        name. Printable, at most `MAX_METRICS_HOST` characters, not only spaces."""
+        value = self.text(key)
+        if value == "":
+            return this_host()
+        if not value.strip():
+            raise self.error(key, 'must not be only spaces (write "" for the host name)', value)
+        if not value.isprintable():
+            raise self.error(key, "must be printable (no tabs, newlines or control codes)", value)
+        if len(value) > MAX_METRICS_HOST:
+            raise self.error(
+                key, f"is {len(value)} characters long; at most {MAX_METRICS_HOST}", value
+            )
         return value
 
     def listen_host(self, key: str, allow_non_loopback: bool | None) -> str:

@@ -230,6 +230,7 @@ class DebuggerConnection:
     since: float | None = None  # wall-clock time of its arrival
     tool: str | None = None  # the program on the other end, when known
     pid: int | None = None  # its process id, when known (a local process of an allowed user)
+    suspended_since: float | None = None  # wall clock: since when it holds a suspension
 
     def end(self, reason: str) -> None:
         """Stop its reader. Not while that reader writes a packet to the VM: cutting it would

@@ -110,9 +110,20 @@ class Debuggers:
                     d.tool,
                     debugging,
                     d.pid,
+                    _suspended_since(d, held),
                 )
             )
         return tuple(out)
+
+    def stamp_suspensions(self) -> None:
+        """Note since when each debugger holds a suspension (``suspended_since``). The session
+        has no clock: the watchdog calls this while debuggers are attached (every
+        ``timer.WATCHDOG_PERIOD``), and so does every snapshot, so a suspension is stamped at
+        most that long after it began."""
+        state = self._session.consumer_state
+        for d in self.table.values():
+            found = state(d.number)
+            _suspended_since(d, 0 if found is None else found[2])
 
     def adopt_consumer(
         self, stream: trio.SocketStream, peer: str, *, via: str, tool: str | None = None
@@ -309,7 +320,9 @@ class Debuggers:
         self.leave(debugger, SLOW_CONSUMER)
 
     def watchdog(self, now: float) -> None:
-        """Drop a debugger whose write is overdue: the write then fails in the task doing it."""
+        """Drop a debugger whose write is overdue: the write then fails in the task doing it.
+        Also stamps the suspensions (`stamp_suspensions`)."""
+        self.stamp_suspensions()
         for debugger in list(self.table.values()):
             outbox = debugger.outbox
             if outbox.overdue(now) and not debugger.gone:
@@ -367,3 +380,13 @@ class Debuggers:
         finally:
             self._ports.release(port)
             self.port = None
+
+
+def _suspended_since(debugger: DebuggerConnection, held: int) -> float | None:
+    """Since when (wall clock) ``debugger``, which holds ``held`` suspensions now, has held
+    one without a break: stamped when first seen held, cleared when it holds none."""
+    if held == 0:
+        debugger.suspended_since = None
+    elif debugger.suspended_since is None:
+        debugger.suspended_since = time.time()
+    return debugger.suspended_since

@@ -116,6 +116,13 @@ class FrontForwards:
     def get(self, port: int) -> FrontForward | None:
         return self._table.get(port)
 
+    def per_device(self) -> dict[str, int]:
+        """How many forwards each device's VMs have (by serial)."""
+        out: dict[str, int] = {}
+        for forward in self._table.values():
+            out[forward.serial] = out.get(forward.serial, 0) + 1
+        return out
+
     def lines(self) -> list[bytes]:
         """``list-forward`` lines, in the order the forwards were made."""
         return [forward_line(f.serial, f.local, f.remote) for f in self._table.values()]

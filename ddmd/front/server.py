@@ -73,6 +73,7 @@ class FrontServer:
     def statistics(self) -> FrontStatistics:
         snapshot = self.stats.copy()
         snapshot.forwards = len(self.forwards)
+        snapshot.forwards_by_device = self.forwards.per_device()
         snapshot.forward_connections = self.forwards.connections
         snapshot.forward_refused = self.forwards.refused
         snapshot.upstream_starts = self.upstream.starts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["FrontStatistics"]
 
@@ -19,6 +19,7 @@ class FrontStatistics:
     jdwp_served: int = 0  # jdwp:PID sockets handed to ddmd's VM connections
     jdwp_relayed: int = 0  # jdwp:PID and jdwp forwards left to the real server
     forwards: int = 0  # forwards the front owns now
+    forwards_by_device: dict[str, int] = field(default_factory=dict)  # the same, by serial
     forward_connections: int = 0  # connections to them handed to VMs
     forward_refused: int = 0  # connections to them closed: ddmd does not hold the VM
     kills_refused: int = 0
@@ -29,4 +30,4 @@ class FrontStatistics:
     upstream_failures: int = 0  # clients closed because no server answered
 
     def copy(self) -> FrontStatistics:
-        return dataclasses.replace(self)
+        return dataclasses.replace(self, forwards_by_device=dict(self.forwards_by_device))

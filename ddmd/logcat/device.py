@@ -19,9 +19,10 @@ has to be guessed from a text format that differs between Android versions.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,12 +31,13 @@ import structlog
 import trio
 
 from ddmd.logcat.apps import AppTracker, Seen
+from ddmd.logcat.counts import AppCount, AppCounts
 from ddmd.logcat.crashes import Crash, CrashDetector
 from ddmd.logcat.lines import Item, Line, LineFilter, Restart, Ring
 from ddmd.logs import Event
 from ddmd.protocol.logcat import EOF, NEED_DATA, LogcatDecoder, LogcatMalformed, LogEntry
 
-__all__ = ["BUFFERS", "DeviceLogcat", "LogcatSettings", "Opener", "Viewer"]
+__all__ = ["BUFFERS", "DeviceCounts", "DeviceLogcat", "LogcatSettings", "Opener", "Viewer"]
 
 log = structlog.get_logger("ddmd.logcat")
 
@@ -74,6 +76,7 @@ class Viewer:
     queued: int = 0
     dropped: int = 0  # lost since the viewer was last told
     lost: int = 0  # lost in all
+    number: int = 0  # its device's number for it (the ``viewer`` label on /metrics)
 
     async def next_batch(self) -> tuple[list[Item], int]:
         """The next batch, and how many lines were lost before it (EndOfChannel at the end)."""
@@ -87,8 +90,23 @@ class Viewer:
 class _Stats:
     entries: int = 0
     opens: int = 0
+    reconnects: int = 0  # opens after the stream broke, stalled or ended
     problems: dict[str, int] = field(default_factory=dict)
     dropped: int = 0  # lines viewers too slow to take them lost
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCounts:
+    """One device's log, for /metrics: its stream's counts, each viewer's lost lines (viewer
+    number, lines), and its apps' crashes and restarts (``counts.AppCounts``)."""
+
+    serial: str
+    streaming: bool
+    entries: int
+    dropped: int
+    reconnects: int
+    viewers: tuple[tuple[int, int], ...]
+    apps: tuple[AppCount, ...]
 
 
 class DeviceLogcat:
@@ -112,6 +130,9 @@ class DeviceLogcat:
         self._apps = AppTracker()
         self._crashes = CrashDetector()
         self._viewers: set[Viewer] = set()
+        self._viewer_numbers = itertools.count(1)
+        # Live crashes and restarts per app (not the backlog's: they are not news).
+        self.app_counts = AppCounts()
         self._wanted = trio.Event()
         self._last: tuple[int, int] | None = None  # (sec, nsec) of the newest entry seen
         self._last_keys: set[tuple[int, int, int, str]] = set()  # entries at that instant
@@ -136,7 +157,9 @@ class DeviceLogcat:
     def subscribe(self, wanted: LineFilter) -> Iterator[Viewer]:
         """New items matching ``wanted`` (``Viewer.next_batch``) while the context lasts."""
         send, receive = trio.open_memory_channel[list[Item]](math.inf)
-        viewer = Viewer(wanted, send, receive, self.settings.viewer_lines)
+        viewer = Viewer(
+            wanted, send, receive, self.settings.viewer_lines, number=next(self._viewer_numbers)
+        )
         self._viewers.add(viewer)
         self._wanted.set()
         try:
@@ -150,11 +173,29 @@ class DeviceLogcat:
     def select(self, wanted: LineFilter, **kw: Any) -> list[Item]:
         return self.ring.select(wanted, **kw)
 
+    def counts(self, apps: Iterable[str], now: float) -> DeviceCounts:
+        """Its counts now (``now``: `time.monotonic`); ``apps``, the apps of ddmd's VMs on the
+        device, are counted from now on (at 0) while the log is read."""
+        if self.streaming:
+            for app in apps:
+                self.app_counts.seen(app, now)
+        stats = self.stats
+        return DeviceCounts(
+            self.serial,
+            self.streaming,
+            stats.entries,
+            stats.dropped,
+            stats.reconnects,
+            tuple(sorted((v.number, v.lost) for v in self._viewers)),
+            tuple(self.app_counts.counts(now)),
+        )
+
     # ------------------------------------------------------------------ the stream
 
     async def run(self) -> None:
         """Follow the device's log while someone wants it; never returns (cancel it)."""
         failures = 0
+        broke = False  # the last stream broke, stalled or ended: the next open is a reconnect
         while True:
             await self._wait_for_viewers()
             try:
@@ -165,6 +206,8 @@ class DeviceLogcat:
                 await trio.sleep(min(RETRY_MAX, RETRY_FIRST * 2 ** min(failures, 6)))
                 continue
             self.stats.opens += 1
+            if broke:
+                self.stats.reconnects += 1
             self.streaming = True
             self._backlog_before = time.time() - BACKLOG_SLACK
             try:
@@ -176,6 +219,7 @@ class DeviceLogcat:
                     with contextlib.suppress(Exception):
                         await stream.aclose()
             self._crashed(self._crashes.flush())
+            broke = how != "idle"
             if how == "idle":
                 failures = 0
                 continue
@@ -289,9 +333,13 @@ class DeviceLogcat:
             self._backlog_end = stamp
 
     def _restarts(self, seen: list[Seen], entry: LogEntry) -> list[Item]:
-        time = entry.sec + entry.nsec / 1e9
+        when = entry.sec + entry.nsec / 1e9
+        if seen and (self._backlog_end is None or when > self._backlog_end):
+            now = time.monotonic()  # counted live only: the backlog's restarts are not news
+            for s in seen:
+                self.app_counts.restarted(s.app, now)
         return [
-            Restart(self.ring.take(), self.serial, s.app, s.old_pid, s.new_pid, time) for s in seen
+            Restart(self.ring.take(), self.serial, s.app, s.old_pid, s.new_pid, when) for s in seen
         ]
 
     def _crashed(self, crashes: list[Crash]) -> None:
@@ -309,6 +357,7 @@ class DeviceLogcat:
                 log.info(Event.APP_CRASHED, backlog=True, happened=happened, **fields)
                 continue
             log.warning(Event.APP_CRASHED, **fields)
+            self.app_counts.crashed(crash.app, crash.kind, time.monotonic())
             self._publish(Event.APP_CRASHED, fields)
 
     def _deliver(self, items: list[Item]) -> None:

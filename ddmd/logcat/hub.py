@@ -7,12 +7,13 @@ and ``device.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
 
-from ddmd.logcat.device import DeviceLogcat, LogcatSettings, Opener
+from ddmd.logcat.device import DeviceCounts, DeviceLogcat, LogcatSettings, Opener
 from ddmd.registry import VmRegistry
 
 __all__ = ["LogcatHub", "NoLog"]
@@ -50,6 +51,15 @@ class LogcatHub:
             }
             for serial, d in self._devices.items()
         }
+
+    def counts(self, apps: Mapping[str, Iterable[str]]) -> list[DeviceCounts]:
+        """Every device log's counts for /metrics, by serial; ``apps``: serial -> the apps of
+        ddmd's VMs on it now (counted from now on, ``DeviceLogcat.counts``)."""
+        now = time.monotonic()
+        return [
+            self._devices[serial].counts(apps.get(serial, ()), now)
+            for serial in sorted(self._devices)
+        ]
 
     async def run(self) -> None:
         """Serve devices' logs until cancelled."""

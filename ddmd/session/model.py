@@ -83,6 +83,9 @@ class DebuggerSnapshot:
     tool: str | None = None  # the program on the other end, when known ("Android Studio")
     debugging: bool = True  # False: a client of the adb front that speaks DDM only
     pid: int | None = None  # the client's process, when ddmd could find it
+    # Wall-clock time since which it has held some suspension without a break (None: it holds
+    # none); stamped by the driver, which has the clock.
+    suspended_since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +99,7 @@ class DebuggerSnapshot:
             "packets_in": self.packets_in,
             "packets_out": self.packets_out,
             "suspensions": self.suspensions,
+            "suspended_since": self.suspended_since,
         }
 
 

@@ -209,6 +209,7 @@ async def test_registry_notices_become_events(world):
                 "packets_in": 0,
                 "packets_out": 0,
                 "suspensions": 0,
+                "suspended_since": None,
             },
         }
 
