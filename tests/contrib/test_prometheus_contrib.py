@@ -67,12 +67,31 @@ def output(result: subprocess.CompletedProcess[str]) -> str:
 
 
 # The rules file, read line by line: enough for the shape ddmd-rules.yml has (one rule per
-# "- alert:"/"- record:" item, a one-line expr). Anything else is refused loudly, and the count
-# is checked against promtool's own.
+# "- alert:"/"- record:" item, an expr on one line or folded with ">-"). Anything else is refused
+# loudly, and the count is checked against promtool's own.
 
 _RULE_START = re.compile(r"^\s*- (alert|record): (\S+)\s*$")
 _GROUP_START = re.compile(r"^\s*- name: ")
-_EXPR = re.compile(r"^(\s*expr: )(.*)$")
+_FOLDED = (">-", ">", "|", "|-")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _value(lines: list[str], i: int, key: str) -> tuple[str, int] | None:
+    """The value of ``key:`` on line ``i`` (a folded block joined into one line), and the index
+    of the line after it; None when line ``i`` is not ``key:``."""
+    match = re.match(rf"^(\s*){key}: ?(.*)$", lines[i])
+    if match is None:
+        return None
+    value = match.group(2).strip()
+    if value not in _FOLDED:
+        return value.removeprefix('"').removesuffix('"'), i + 1
+    end = i + 1
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > len(match[1])):
+        end += 1
+    return " ".join(line.strip() for line in lines[i + 1 : end] if line.strip()), end
 
 
 @dataclass(frozen=True)
@@ -80,53 +99,38 @@ class Rule:
     kind: str  # "alert" or "record"
     name: str
     expr: str
-    expr_line: int  # index in the file's lines
+    expr_lines: tuple[int, int]  # where the expr is in the file: [start, end)
     lines: tuple[str, ...]
 
     def field(self, key: str) -> str | None:
-        """The value of ``key:`` in this rule (a folded ``>-`` block joined into one line)."""
-        for i, line in enumerate(self.lines):
-            match = re.match(rf"^(\s*){key}: ?(.*)$", line)
-            if match is None:
-                continue
-            value = match.group(2).strip()
-            if value not in (">-", ">", "|", "|-"):
-                return value.strip('"')
-            indent = len(match.group(1))
-            block = []
-            for more in self.lines[i + 1 :]:
-                if more.strip() and len(more) - len(more.lstrip()) <= indent:
-                    break
-                block.append(more.strip())
-            return " ".join(b for b in block if b)
+        lines = list(self.lines)
+        for i in range(len(lines)):
+            found = _value(lines, i, key)
+            if found is not None:
+                return found[0]
         return None
 
 
 def read_rules(text: str) -> list[Rule]:
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if _RULE_START.match(line)]
-    ends = [
-        next(
-            (j for j in range(i + 1, len(lines)) if _RULE_START.match(lines[j])),
+    rules = []
+    for start in starts:
+        end = next(
+            (
+                j
+                for j in range(start + 1, len(lines))
+                if _RULE_START.match(lines[j]) or _GROUP_START.match(lines[j])
+            ),
             len(lines),
         )
-        for i in starts
-    ]
-    rules = []
-    for start, end in zip(starts, ends, strict=True):
-        end = next((j for j in range(start + 1, end) if _GROUP_START.match(lines[j])), end)
         head = _RULE_START.match(lines[start])
         assert head is not None
-        exprs = [j for j in range(start, end) if _EXPR.match(lines[j])]
-        assert len(exprs) == 1, f"rule {head.group(2)}: expected one one-line expr"
-        expr = _EXPR.match(lines[exprs[0]])
-        assert expr is not None
-        assert expr.group(2).strip() not in ("|", ">", "|-", ">-"), (
-            f"rule {head.group(2)}: write its expr on one line (this test reads it so)"
-        )
-        rules.append(
-            Rule(head.group(1), head.group(2), expr.group(2), exprs[0], tuple(lines[start:end]))
-        )
+        exprs = [(j, _value(lines, j, "expr")) for j in range(start, end)]
+        found = [(j, v) for j, v in exprs if v is not None]
+        assert len(found) == 1, f"rule {head.group(2)}: expected one expr"
+        j, (expr, after) = found[0]
+        rules.append(Rule(head.group(1), head.group(2), expr, (j, after), tuple(lines[start:end])))
     return rules
 
 
@@ -136,12 +140,47 @@ RECORDS = [r for r in RULES_READ if r.kind == "record"]
 
 
 def with_expr(rule: Rule, expr: str) -> str:
-    """The rules file with ``rule``'s expr replaced."""
+    """The rules file with ``rule``'s expr replaced (written on one line)."""
     lines = RULES.read_text().splitlines()
-    prefix = _EXPR.match(lines[rule.expr_line])
-    assert prefix is not None
-    lines[rule.expr_line] = prefix.group(1) + expr
+    start, end = rule.expr_lines
+    indent = lines[start][: _indent(lines[start])]
+    lines[start:end] = [f"{indent}expr: {expr}"]
     return "\n".join(lines) + "\n"
+
+
+def test_rules_reader() -> None:
+    text = """groups:
+  - name: g
+    rules:
+      - record: a:b:c
+        expr: sum(x)
+      - alert: Folded
+        expr: >-
+          a
+          > 1
+        labels:
+          severity: warning
+        annotations:
+          summary: "short"
+          description: >-
+            one
+            two
+  - name: h
+    rules:
+      - alert: Last
+        expr: up == 0
+"""
+    rules = read_rules(text)
+    assert [(r.kind, r.name, r.expr) for r in rules] == [
+        ("record", "a:b:c", "sum(x)"),
+        ("alert", "Folded", "a > 1"),
+        ("alert", "Last", "up == 0"),
+    ]
+    assert rules[1].expr_lines == (6, 9)
+    assert rules[1].field("severity") == "warning"
+    assert rules[1].field("summary") == "short"
+    assert rules[1].field("description") == "one two"
+    assert rules[2].field("severity") is None
 
 
 # PromQL names
