@@ -442,3 +442,22 @@ def test_dashboard_exprs_parse_as_promql(promtool: str, tmp_path: Path) -> None:
 def test_dashboard_reads_only_what_ddmd_exports() -> None:
     problems = [f"{where}: {p}" for where, e in dashboard_exprs() for p in unknown_names(e, set())]
     assert problems == []
+
+
+# contrib/README.md
+
+README = CONTRIB / "README.md"
+
+
+def test_readme_links_resolve() -> None:
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links
+    missing = [link for link in links if not (README.parent / link).exists()]
+    assert missing == []
+
+
+def test_readme_lists_every_alert_and_recording_rule() -> None:
+    text = README.read_text()
+    missing = [r.name for r in RULES_READ if f"`{r.name}`" not in text]
+    assert missing == []
