@@ -12,6 +12,7 @@ Grafana dashboard, checked with the real promtool.
   reads.
 - Every ddmd metric the rules and the dashboard read is one ddmd exports (``FAMILIES``), and
   ``rate()``/``increase()`` only read counters.
+- ``contrib/README.md`` names every alert and recording rule, and its links resolve.
 
 Without promtool (Debian package ``prometheus``) these tests are skipped, except under
 ``CI=true`` where they fail.
