@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from ddmd.sim import SimConfig, SimVm
@@ -107,11 +108,27 @@ async def _run_sim(sim: SimVm, scope: trio.CancelScope, *, task_status: Any) -> 
         await sim.run(task_status=task_status)
 
 
+@dataclass(frozen=True, slots=True)
+class Tools:
+    adb: str
+    prometheus: str
+    promtool: str
+
+
+@pytest.fixture
+def tools() -> Tools:
+    # A plain (sync) fixture: skip/fail reach pytest directly, not through a nursery.
+    return Tools(
+        require_program("adb", "adb"),
+        require_program("prometheus", "prometheus"),
+        require_program("promtool", "prometheus"),
+    )
+
+
 @asynccontextmanager
-async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
+async def lab(tmp_path: Path, tools: Tools) -> AsyncIterator[Lab]:
     """The device, the local VMs, the three daemons and Prometheus; all stopped at exit."""
-    adb = require_program("adb", "adb")
-    prom_program = require_program("prometheus", "prometheus")
+    adb = tools.adb
     # One block of consecutive free ports: two scan ranges of two, then per daemon four
     # debugger ports and a current-VM port.
     block = free_port_range(4 + 3 * 5)
@@ -146,7 +163,9 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
                 start_daemon(
                     tmp_path, "lab-c", adb_port=info.adb_port, adb_path=adb, **ports("lab-c")
                 ) as c,
-                prometheus(tmp_path, [a.target, b.target, c.target], program=prom_program) as prom,
+                prometheus(
+                    tmp_path, [a.target, b.target, c.target], program=tools.prometheus
+                ) as prom,
             ):
                 daemons = {"lab-a": a, "lab-b": b, "lab-c": c}
                 home = tmp_path / "adb-home"
@@ -204,11 +223,10 @@ def values(rows: Rows, label: str) -> dict[str, float]:
 # The test
 
 
-async def test_prometheus_scrapes_a_lab_of_three_daemons(tmp_path):
-    promtool = require_program("promtool", "prometheus")
+async def test_prometheus_scrapes_a_lab_of_three_daemons(tmp_path, tools):
     with trio.fail_after(CAP):
-        async with lab(tmp_path) as rig:
-            await _check_lab(rig, promtool)
+        async with lab(tmp_path, tools) as rig:
+            await _check_lab(rig, tools.promtool)
 
 
 async def _check_lab(rig: Lab, promtool: str) -> None:
