@@ -24,6 +24,7 @@ end, also on failure.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -206,6 +207,12 @@ async def ready_vms(daemon: Daemon, apps: set[str]) -> dict[str, str]:
     )
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def keys(rows: Rows) -> set[Key]:
     return {
         (r["metric"].get("host", ""), r["metric"].get("device", ""), r["metric"].get("app", ""),
@@ -227,6 +234,14 @@ async def test_prometheus_scrapes_a_lab_of_three_daemons(tmp_path, tools):
     with trio.fail_after(CAP):
         async with lab(tmp_path, tools) as rig:
             await _check_lab(rig, tools.promtool)
+    # Nothing left behind: the daemons and Prometheus ended on SIGTERM, and no port of the lab
+    # (Prometheus, the control APIs, the adb server, the device) still listens.
+    for child in [rig.prom.child, *(d.child for d in rig.daemons.values())]:
+        assert child.process.returncode == 0, f"{child.name}: {child.process.returncode}"
+    device_port = int(rig.info.serial.rpartition(":")[2])
+    ports = [rig.prom.port, rig.info.adb_port, device_port]
+    ports += [d.control_port for d in rig.daemons.values()]
+    assert not [p for p in ports if listening(p)], ports
 
 
 async def _check_lab(rig: Lab, promtool: str) -> None:
