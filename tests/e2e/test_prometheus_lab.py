@@ -9,17 +9,21 @@ simulated Android device (`ddmd.sim.demodevice`: two apps that log live lines an
 Debian's Prometheus 2.x scrapes the three every second (job ``ddmd``, ``honor_labels: true``),
 and its HTTP API is asked, as a dashboard or an alert rule would, that:
 
-- all three targets are up, each under its own ``host`` label;
+- all three targets are up, each under its own ``host`` label, and ``ddmd_vms`` counts each
+  one's VMs;
 - ``ddmd_vm_info`` has one series per VM with the right ``host``/``device``/``app``/``vm``
-  labels (``device`` is "local" for scanned VMs, the adb serial for the device's);
+  labels (``device`` is "local" for scanned VMs, the adb serial for the device's), and the
+  per-VM gauges name no other VM;
 - a crash on the device shows in ``increase(ddmd_app_crashes_total{...,kind="java"}[1m]) > 0``
-  (the counter was there at 0 before), and in lab-c's own log as ``app.crashed``;
-- a VM that goes away leaves no series at all once a later scrape has run;
+  (the counter was there at 0 before, for every kind, only for the device's apps), in lab-c's
+  own log as ``app.crashed``, and the app's start under a new pid in
+  ``ddmd_app_restarts_total``; lab-c counts the log lines it reads;
+- a VM that goes away leaves no series at all once a scrape that began after it left has run;
 - every daemon's ``/metrics`` passes ``promtool check metrics``.
 
 Every wait has a deadline that fails the test with the query and what it last returned;
 everything (Prometheus, the daemons, the adb server, the device and its VMs) is stopped at the
-end, also on failure.
+end, also on failure, and the test checks that no process or port of the lab is left.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from tests.e2e.promrig import (
     start_daemon,
 )
 
-CAP = 120  # seconds: the whole test, start-up and shut-down included, on a busy machine
+CAP = 90  # seconds: the whole test, start-up and shut-down included, on a busy machine
 WAIT = 20  # seconds: one thing to show up (a VM in a daemon, a series in Prometheus)
 CRASHING = "com.example.chat"  # the device's app that crashes
 CALM = "com.example.shop"  # the device's app that does not
