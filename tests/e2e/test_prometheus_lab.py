@@ -234,7 +234,7 @@ def values(rows: Rows, label: str) -> dict[str, float]:
 # The test
 
 
-async def test_prometheus_scrapes_a_lab_of_three_daemons(tmp_path, tools):
+async def test_prometheus_scrapes_a_lab_of_three_daemons(tmp_path: Path, tools: Tools) -> None:
     with trio.fail_after(CAP):
         async with lab(tmp_path, tools) as rig:
             await _check_lab(rig, tools.promtool)
