@@ -42,7 +42,7 @@ import structlog
 import trio
 
 from ddmd import notify, peers
-from ddmd.config import Config
+from ddmd.config import Config, is_loopback_host
 from ddmd.control import app as control
 from ddmd.control import events, metrics, safety
 from ddmd.control.server import ControlBound, serve_control
@@ -81,6 +81,7 @@ class Started:
     control_socket: Path | None = None
     guard: peers.PeerGuard | None = None
     front_port: int | None = None  # the adb front's port, None when it does not run
+    metrics_port: int | None = None  # [metrics] listen: the metrics-only port, None when off
 
 
 async def run(
@@ -99,6 +100,7 @@ async def run(
         if install_signal_handlers:
             root.start_soon(_watch_signals, shutdown.stop, signals)
         bound = await _start_control(root, config, parts, shutdown)
+        metrics_port = await _start_metrics(root, config, parts, shutdown)
         current_port = await root.start(_within, current, _current_vm_listener(config, parts).run)
         parts.registry.current_port = current_port  # the API names it (`ddmd clients`, the page)
         front_port = await _start_front(root, front, config, parts)
@@ -115,6 +117,7 @@ async def run(
                 control_socket=bound.unix,
                 guard=parts.guard,
                 front_port=front_port,
+                metrics_port=metrics_port,
             )
         )
         await shutdown.wait()
@@ -360,6 +363,43 @@ async def _start_control(
     if bound.tcp is not None:
         safety.warn_if_exposed(config.control.host, bound.tcp[1])
     return bound
+
+
+async def _start_metrics(
+    root: trio.Nursery, config: Config, parts: _Parts, shutdown: _Shutdown
+) -> int | None:
+    """``[metrics] listen``: ``/metrics`` alone on its own port (nothing else answers there), for
+    a Prometheus on another machine; None when off. Peer-checked like every port; a bind beyond
+    loopback is allowed by the config only with [security] allow_non_loopback, and warned of."""
+    if not config.metrics.listen:
+        return None
+    from starlette.applications import Starlette
+
+    app = Starlette(routes=[metrics.metrics_route(metrics.make_registry(parts.collector))])
+    try:
+        bound: ControlBound = await root.start(
+            partial(
+                serve_control,
+                app,
+                tcp=(config.metrics.bind, config.metrics.port),
+                guard=parts.guard,
+                shutdown_trigger=shutdown.wait,
+                listening=Event.METRICS_LISTENING,
+            )
+        )
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE or "in use" in str(exc).lower():
+            raise PortInUse(config.metrics.port, "[metrics] port") from exc
+        raise
+    assert bound.tcp is not None
+    if not is_loopback_host(config.metrics.bind):
+        log.warning(
+            Event.LISTENER_NON_LOOPBACK,
+            host=config.metrics.bind,
+            port=bound.tcp[1],
+            key="metrics.bind",
+        )
+    return bound.tcp[1]
 
 
 def _current_vm_listener(config: Config, parts: _Parts) -> CurrentVmListener:

@@ -217,6 +217,7 @@ class Event(StrEnum):
     LOGCAT_VIEWER_LAGGED = "logcat.viewer_lagged"  # a viewer too slow lost lines (at its end)
     # control API
     CONTROL_LISTENING = "control.listening"
+    METRICS_LISTENING = "metrics.listening"  # [metrics] listen: /metrics alone on its own port
     CONTROL_REQUEST_FAILED = "control.request_failed"
     CONTROL_REQUEST_REFUSED = "control.request_refused"
     CONTROL_SOCKET_STALE = "control.socket_stale_removed"

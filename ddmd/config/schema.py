@@ -161,7 +161,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
             {"allow_non_loopback": False, "allowed_uids": [], "unknown_peer": "allow"}
         ),
         "extensions": MappingProxyType({"disabled": []}),
-        "metrics": MappingProxyType({"host": ""}),
+        "metrics": MappingProxyType(
+            {"host": "", "listen": False, "bind": "127.0.0.1", "port": 9464}
+        ),
     }
 )
 
@@ -426,9 +428,14 @@ def this_host() -> str:
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
     """[metrics]: ``host`` is the ``host`` label of every series on ``/metrics`` (already
-    resolved: "" in the file is this machine's host name)."""
+    resolved: "" in the file is this machine's host name). ``listen``: also serve ``/metrics``
+    alone on ``bind``:``port`` (for a Prometheus on another machine, without opening the control
+    API to it); ``bind`` follows [security] allow_non_loopback like every listening host."""
 
     host: str = field(default_factory=this_host)
+    listen: bool = False
+    bind: str = "127.0.0.1"
+    port: int = 9464
 
 
 # --------------------------------------------------------------------------------------------------
@@ -583,6 +590,14 @@ SECTIONS: Final[Mapping[str, SectionSchema]] = MappingProxyType(
             {"format": rule("choice", LOG_FORMATS), "level": rule("choice", LOG_LEVELS)},
         ),
         "extensions": SectionSchema(ExtensionsConfig, {"disabled": rule("strings")}),
-        "metrics": SectionSchema(MetricsConfig, {"host": rule("metrics_host")}),
+        "metrics": SectionSchema(
+            MetricsConfig,
+            {
+                "host": rule("metrics_host"),
+                "listen": rule("boolean"),
+                "bind": rule("listen_host", Given.LOOPBACK_RULE),
+                "port": rule("port"),
+            },
+        ),
     }
 )

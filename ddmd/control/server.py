@@ -240,10 +240,12 @@ async def serve_control(
     guard: PeerGuard | None = None,
     shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
     graceful_timeout: float = 3.0,
+    listening: str = Event.CONTROL_LISTENING,
     task_status: trio.TaskStatus[ControlBound] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `app` on TCP ``tcp`` (host, port) and/or the unix socket `unix` until cancelled
     or `shutdown_trigger` returns (then open requests get `graceful_timeout` seconds).
+    ``listening``: the event logged once it listens (the metrics-only port logs its own).
 
     With a `guard`, every connection goes through the peer-uid rule first. Reports where it
     listens (`ControlBound`; port 0 gives the port the system picked) once every socket
@@ -269,7 +271,14 @@ async def serve_control(
             for listener in plain
         )
         await _serve(
-            app, listeners, shutdown_trigger, graceful_timeout, task_status, bound_tcp, unix
+            app,
+            listeners,
+            shutdown_trigger,
+            graceful_timeout,
+            task_status,
+            bound_tcp,
+            unix,
+            listening,
         )
     finally:
         for listener in plain:
@@ -296,6 +305,7 @@ async def _serve(
     task_status: trio.TaskStatus[ControlBound],
     bound_tcp: tuple[str, int] | None,
     unix: Path | None,
+    listening: str,
 ) -> None:
     config = _hypercorn_config(graceful_timeout)
     wrapped = wrap_app(cast("Framework", app), config.wsgi_max_body_size, "asgi")
@@ -319,7 +329,7 @@ async def _serve(
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as handlers:
             if bound_tcp is not None:
-                log.info(Event.CONTROL_LISTENING, host=bound_tcp[0], port=bound_tcp[1])
+                log.info(listening, host=bound_tcp[0], port=bound_tcp[1])
             if unix is not None:
                 log.info(Event.CONTROL_LISTENING, socket=str(unix))
             task_status.started(ControlBound(bound_tcp, unix))
