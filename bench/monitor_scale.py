@@ -182,6 +182,9 @@ class Result:
     found_to_hello: list[float] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)
     given_up: dict[str, int] = field(default_factory=dict)
+    scrape_s: list[float] = field(default_factory=list)  # GET /metrics, wall time each
+    series: int = 0  # samples in one scrape
+    scrape_bytes: int = 0
 
 
 def wait_ready(control_port: int, n: int, timeout: float, ddmd: Child) -> float:
@@ -217,6 +220,22 @@ def thread_counts(control_port: int) -> list[int]:
 
     vms = httpx.get(f"http://{HOST}:{control_port}/api/v1/vms", timeout=10.0).json()
     return [v["threads"] for v in vms if v["ddm"] is True and v["threads"] is not None]
+
+
+def scrapes(control_port: int, times: int) -> tuple[list[float], int, int]:
+    """``GET /metrics`` ``times`` times, a second apart: each one's wall time, then the samples
+    (series) and bytes of the last one."""
+    import httpx
+
+    took, text = [], ""
+    with httpx.Client(timeout=30.0) as client:
+        for _ in range(times):
+            start = time.perf_counter()
+            text = client.get(f"http://{HOST}:{control_port}/metrics").text
+            took.append(time.perf_counter() - start)
+            time.sleep(1.0)
+    samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    return took, samples, len(text.encode())
 
 
 def sim_stats(hosts: Sequence[Child]) -> dict[int, tuple[int, int, int]]:
@@ -348,6 +367,7 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> Result:
             result.rss_mb, result.hwm_mb = rss, hwm
         result.cpu = statistics.median(result.rounds_cpu)
         result.threads_seen = thread_counts(control_port)
+        result.scrape_s, result.series, result.scrape_bytes = scrapes(control_port, 5)
 
         # Identification latency: one more sim at a random moment, on a port left free.
         rng = random.Random(args.seed)
@@ -461,6 +481,13 @@ def report(results: Sequence[Result], interval: float, threads: int) -> None:
             f"{r.vms:>5} {r.cpu:>9.3f} {sims:>22} {r.other_cpu:>10.3f} "
             f"{f'{r.rss_mb:.1f}/{r.hwm_mb:.1f}':>15} {seen:>10} {hz:>25} "
             f"{r.ddm_hz:>9.0f} {spread(r.latencies, '.3f'):>19}"
+        )
+    print()
+    for r in results:
+        print(
+            f"{r.vms:>5} VMs: one scrape of /metrics {spread(r.scrape_s, '.3f')} s "
+            f"(min/med/max of {len(r.scrape_s)}), {r.series} series, "
+            f"{r.scrape_bytes / 1024:.0f} KiB"
         )
     print()
     busy = [r for r in results if r.other_cpu > OTHER_LOAD_WARNING]
