@@ -170,11 +170,18 @@ async def run_program(jdk: Jdk, app: Path, port: int) -> AsyncIterator[Jvm]:
             process.kill()
 
 
-async def test_a_breakpoint_on_a_line_of_the_redefined_class_hits(jdk, tmp_path):
+# "auto" stays off on a local JVM; "on": foresight kept the first session's class data's keys and
+# asks them again when session 2 starts, after the redefinition.
+@pytest.mark.parametrize("speculate", ["auto", "on"])
+async def test_a_breakpoint_on_a_line_of_the_redefined_class_hits(jdk, tmp_path, speculate):
     app, new_class, agent, tools = await trio.to_thread.run_sync(build, tmp_path)  # javac, jar
     (port,) = free_port_range(1)
+    debugger = {"speculate": speculate}
     with trio.fail_after(CAP):
-        async with monitor([port], tmp_path) as h, run_program(jdk, app, port) as jvm:
+        async with (
+            monitor([port], tmp_path, debugger=debugger) as h,
+            run_program(jdk, app, port) as jvm,
+        ):
             vm = await wait_ready(h, port)
 
             # Session 1: the first version's line.
@@ -214,3 +221,8 @@ async def test_a_breakpoint_on_a_line_of_the_redefined_class_hits(jdk, tmp_path)
                 text = await jdb.command("print version", r"\bversion = (\d+)")
                 assert "version = 2" in text, text
                 assert await jdb.quit() == 0, jdb.transcript
+            if speculate == "on":  # session 2 was served locally, and still saw the new lines
+                await wait_released(h, port, 2)
+                said = [e for e in h.logs if e["event"] == "debugger.foresight"]
+                assert said, "no debugger.foresight line: nothing was answered locally"
+                assert said[-1]["answered"] > 0
