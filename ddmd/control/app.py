@@ -16,8 +16,8 @@ and the sub-resource routes listed before the bare VM route)::
     GET  /api/v1/devices                            [{serial, state, model, product, vms}, ...]
     GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
     GET  /api/v1/vms/{target}/threads               {vm, threads: [...] | null, supported}
-    GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
-    POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, confirmed, heaps}
+    GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images, origins[, run_fields, ...]}
+    POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, heaps, origins, ...}
     GET  /api/v1/vms/{target}/threads/{thread}/stack   {vm, thread_id, thread_name, frames}
     GET  /api/v1/vms/{target}/stacks                every thread's stack (`control.jvm`)
     POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
