@@ -317,8 +317,10 @@ class _Api:
 
     async def _dump(self, handle: VmHandle) -> tuple[Any, ...]:
         """A fresh segment dump (HPSG on, a GC, wait, HPSG off), remembered as ddmd's GC."""
+        before = handle.snapshot().heaps
         images = await handle.heap_segments()
-        self._origins.dumped(handle.vm_id, images, handle.snapshot().heaps, time.time())
+        after = handle.snapshot().heaps
+        self._origins.dumped(handle.vm_id, images, (before, after), time.time())
         return images
 
     async def heap_dump(self, request: Request) -> Response:
@@ -396,7 +398,7 @@ class _Api:
         handle = self.resolve(request)
         outcome = await handle.cause_gc()
         snapshot = handle.snapshot()
-        if outcome.confirmed:
+        if outcome.by == "heap info":  # the figures now are the ones this GC brought
             self._origins.gc_ran(handle.vm_id, snapshot.heaps)
         jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: the heap after its GC
         images = handle.last_heap_images()

@@ -55,6 +55,7 @@ class _Dump:
     images: tuple[HeapImage, ...]
     at: float
     heaps: tuple[HeapInfoSnapshot, ...]  # the heap figures when the dump ended
+    fresh: bool  # they came during the dump: its GC's (else from before it)
 
 
 @dataclass(slots=True)
@@ -85,14 +86,17 @@ class HeapOrigins:
         self,
         vm_id: str,
         images: Sequence[HeapImage],
-        heaps: Sequence[HeapInfoSnapshot],
+        heaps: tuple[Sequence[HeapInfoSnapshot], Sequence[HeapInfoSnapshot]],
         at: float,
     ) -> None:
-        """ddmd's segment dump (its own GC) ended at ``at`` with ``images``."""
+        """ddmd's segment dump (its own GC) ended at ``at`` with ``images``; ``heaps``: the
+        heap figures before the dump and when it ended (new ones came with its GC)."""
+        before, after = tuple(heaps[0]), tuple(heaps[1])
+        fresh = bool(after) and after != before
         record = self._record(vm_id)
-        record.dump = _Dump(tuple(images), at, tuple(heaps))
-        if heaps:
-            record.gc_heaps = tuple(heaps)
+        record.dump = _Dump(tuple(images), at, after, fresh)
+        if fresh:
+            record.gc_heaps = after
 
     def origins(
         self,
@@ -133,10 +137,10 @@ def images_origin(
     java = [i for i in images if not i.native]
     if dump is not None and all(any(i is d for d in dump.images) for i in java):
         note = None
-        if heaps and dump.heaps and tuple(heaps) != dump.heaps:
+        if heaps and tuple(heaps) != dump.heaps:
             note = "the heap figures above come from a later GC than these segments"
-        elif not dump.heaps and heaps:
-            note = "the heap figures above may come from another GC (none came with this one)"
+        elif heaps and not dump.fresh:
+            note = "the heap figures above come from before these segments' GC"
         return {"at": dump.at, "why": _DUMP, "gc": "ddmd", "note": note}
     return {
         "at": None,

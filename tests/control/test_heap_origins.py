@@ -9,6 +9,7 @@ import dataclasses
 import json
 import re
 import time
+from typing import Any
 
 from ddmd.cli.client import gc, heap
 from ddmd.cli.jvm import format_heap_any
@@ -68,7 +69,7 @@ def test_segments_and_figures_from_different_gcs_are_told_apart() -> None:
     origins = HeapOrigins()
     images = (heap_image(),)
     at_dump = _heaps(3, 1_700_000_000_000)
-    origins.dumped("vm", images, at_dump, 1_700_000_000.5)
+    origins.dumped("vm", images, (_heaps(3, 1_699_999_990_000), at_dump), 1_700_000_000.5)
     same = origins.origins("vm", at_dump, images)
     assert same["images"] == {"at": 1_700_000_000.5, "why": OUR_DUMP, "gc": "ddmd", "note": None}
     assert same["heaps"]["why"] == OURS
@@ -77,6 +78,11 @@ def test_segments_and_figures_from_different_gcs_are_told_apart() -> None:
         "the heap figures above come from a later GC than these segments"
     )
     assert later["heaps"]["why"] == VM_OWN
+    # No heap figures came with the dump's GC (HPIF at every GC is off): older ones.
+    origins.dumped("vm", images, (at_dump, at_dump), 1_700_000_001.0)
+    older = origins.origins("vm", at_dump, images)
+    assert older["images"]["note"] == "the heap figures above come from before these segments' GC"
+    assert older["heaps"]["why"] == OURS  # still those of the earlier dump's GC
     # Another dump (not ddmd's) replaced the images: no time, no claim.
     other = origins.origins("vm", at_dump, (heap_image(),))
     assert other["images"]["at"] is None
@@ -130,8 +136,20 @@ def test_ddmd_heap_after_ddmd_gc_names_ddmds_gc(api) -> None:  # noqa: F811
     assert VM_OWN not in out
 
 
+def _gc_brings(vm: Any, heaps: tuple[HeapInfoSnapshot, ...]) -> None:
+    """The fake's segment dump brings new heap figures, as ART's HPIF after the dump's GC."""
+    dump = vm.heap_segments
+
+    async def dump_with_figures() -> Any:
+        vm.update(heaps=heaps)
+        return await dump()
+
+    vm.heap_segments = dump_with_figures
+
+
 def test_ddmd_heap_segments_says_the_dumps_gc_and_when_the_figures_differ(api) -> None:  # noqa: F811
     api["app"].update(heaps=_heaps(3))
+    _gc_brings(api["app"], _heaps(3, 1_700_000_030_000))
     out = invoke(heap, TARGET, "--segments").stdout
     # The figures came with the dump's GC: both say ddmd's GC, no note.
     assert re.search(rf"^  taken at {CLOCK}, {OURS}$", out, re.M), out
@@ -143,6 +161,13 @@ def test_ddmd_heap_segments_says_the_dumps_gc_and_when_the_figures_differ(api) -
     assert f"  taken at {_local(1_700_000_060)}, {VM_OWN}" in out
     assert re.search(rf"^  taken at {CLOCK}, {OUR_DUMP}$", out, re.M), out
     assert "  note: the heap figures above come from a later GC than these segments" in out
+
+
+def test_a_dump_without_new_figures_says_the_figures_are_older(api) -> None:  # noqa: F811
+    api["app"].update(heaps=_heaps(3))
+    out = invoke(heap, TARGET, "--segments").stdout
+    assert f", {VM_OWN}\n" in out
+    assert "  note: the heap figures above come from before these segments' GC" in out
 
 
 def test_ddmd_heap_with_segments_ddmd_did_not_take(api) -> None:  # noqa: F811
