@@ -6,6 +6,10 @@ jdb's commands itself.
 The JVMs start suspended (``suspend=y``), so both sessions stop at the same iterations. Object
 ids are masked in the comparison: ddmd's own connection asked the thread list before jdb
 attached, so the VM numbers some objects in another order (nothing else may differ).
+
+The IDE-shaped JDI clients (tests/e2e/java/StopViews.java, bench/java/IdeClient.java) print what
+an IDE shows at a stop: the same direct and through ddmd, and the same with foresight on as off
+while a second debugger resumes the VM during the stop.
 """
 
 from __future__ import annotations
@@ -204,13 +208,30 @@ def once_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+class _Lines(ProcessLines):
+    async def wait_line(self, wanted: str, what: str) -> None:
+        """Wait until the process printed a line starting with ``wanted`` (``WAIT`` s at most)."""
+
+        def seen() -> bool:
+            return any(line.startswith(wanted) for line in self.lines)
+
+        try:
+            with trio.fail_after(WAIT):
+                while not seen():
+                    await self._changed.wait()
+        except trio.TooSlowError:
+            raise AssertionError(
+                f"{what} printed no {wanted!r} within {WAIT} s: {self.lines[-20:]}"
+            ) from None
+
+
 @asynccontextmanager
-async def _process(argv: list[str]) -> AsyncIterator[tuple[trio.Process, ProcessLines]]:
+async def _process(argv: list[str]) -> AsyncIterator[tuple[trio.Process, _Lines]]:
     """``argv`` with a stdin pipe, its output collected as lines; killed at the end."""
     process = await trio.lowlevel.open_process(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    lines = ProcessLines(process)
+    lines = _Lines(process)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lines._read)
@@ -228,24 +249,6 @@ async def _process(argv: list[str]) -> AsyncIterator[tuple[trio.Process, Process
                 with trio.move_on_after(1) as scope:
                     scope.shield = True
                     await pipe.aclose()
-
-
-async def _line(lines: ProcessLines, wanted: str, what: str) -> None:
-    """Wait until the process printed a line starting with ``wanted`` (``WAIT`` s at most)."""
-
-    def seen() -> bool:
-        return any(line.startswith(wanted) for line in lines.lines)
-
-    try:
-        with trio.fail_after(WAIT):
-            while not seen():
-                if lines.process.returncode is not None and not seen():
-                    raise AssertionError(f"{what} ended before {wanted!r}: {lines.lines[-20:]}")
-                await lines._changed.wait()
-    except trio.TooSlowError:
-        raise AssertionError(
-            f"{what} printed no {wanted!r} within {WAIT} s: {lines.lines[-20:]}"
-        ) from None
 
 
 async def _resume(vm_port: int) -> None:
@@ -281,15 +284,15 @@ async def _resumed_during_the_stop(
         _process(java) as (jvm, jvm_lines),
         monitor([port], tmp_path / speculate, debugger={"speculate": speculate}) as h,
     ):
-        await _line(jvm_lines, "started", "the JVM")
+        await jvm_lines.wait_line("started", "the JVM")
         vm_port = (await wait_ready(h, port))["debugger_port"]
         ide = [jdk.java, "-cp", str(compiled), "IdeClient", "127.0.0.1"]
         ide += [str(h.started.current_port), "Prog", str(ONCE_LINE), "0", str(view), "hold"]
         async with _process(ide) as (client, client_lines):
-            await _line(client_lines, "ARMED", "the IDE client")
+            await client_lines.wait_line("ARMED", "the IDE client")
             assert jvm.stdin is not None
             await jvm.stdin.send_all(b"go\n")  # main calls stop(): the breakpoint
-            await _line(client_lines, "HOLD breakpoint", "the IDE client")
+            await client_lines.wait_line("HOLD breakpoint", "the IDE client")
             # Stopped; foresight (when on) is asking ahead or has its answers.
             await _resume(vm_port)
             assert client.stdin is not None
@@ -298,7 +301,7 @@ async def _resumed_during_the_stop(
                 await client.wait()
             assert client.returncode == 0, client_lines.lines
         # The IDE client's detach let the VM go: only now does main get past the breakpoint.
-        await _line(jvm_lines, "stopped 42", "the JVM")
+        await jvm_lines.wait_line("stopped 42", "the JVM")
         figures = (await h.vm(vm_id(port)))["foresight"]
     return view.read_text(), figures
 
