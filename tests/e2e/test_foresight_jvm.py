@@ -219,6 +219,8 @@ class _Lines(ProcessLines):
             with trio.fail_after(WAIT):
                 while not seen():
                     await self._changed.wait()
+                    if self._changed.is_set() and not seen():  # its output ended
+                        raise AssertionError(f"{what} ended before {wanted!r}: {self.lines[-20:]}")
         except trio.TooSlowError:
             raise AssertionError(
                 f"{what} printed no {wanted!r} within {WAIT} s: {self.lines[-20:]}"
