@@ -23,7 +23,9 @@ import com.sun.jdi.request.BreakpointRequest;
 import com.sun.jdi.request.EventRequest;
 import com.sun.jdi.request.EventRequestManager;
 import com.sun.jdi.request.StepRequest;
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -53,6 +55,12 @@ import java.util.Set;
  * step1..stepN (step request to stop shown) and detach, then {@code SESSION START_US END_US};
  * writes what it saw (threads sorted by name, frames, locations, values, no ids) to VIEWFILE.
  * Every wait is bounded (attach 20 s, events 30 s); an error prints {@code ERR ...}, exit 2.
+ *
+ * <p>With a seventh argument {@code hold} (tests/e2e/test_foresight_jvm.py): it prints
+ * {@code ARMED} once the breakpoint is set, and at the breakpoint stop it prints
+ * {@code HOLD breakpoint} and reads one line from stdin before asking anything,
+ * so that something else may happen to the VM meanwhile (another debugger resumes it); each
+ * thread's line then also says whether the VM calls it suspended.
  */
 public final class IdeClient {
     private static final int TOP_FRAMES = 20;
@@ -61,9 +69,11 @@ public final class IdeClient {
     private final VirtualMachine vm;
     private final StringBuilder view = new StringBuilder();
     private final Set<ReferenceType> seen = new HashSet<>();
+    private final boolean hold;
 
-    private IdeClient(VirtualMachine vm) {
+    private IdeClient(VirtualMachine vm, boolean hold) {
         this.vm = vm;
+        this.hold = hold;
     }
 
     static long nowUs() {
@@ -150,7 +160,8 @@ public final class IdeClient {
         List<String> threads = new ArrayList<>();
         for (ThreadReference t : vm.allThreads()) {
             int status = t.status();
-            threads.add(t.name() + " status=" + status);
+            String suspended = hold ? " suspended=" + t.isSuspended() : "";
+            threads.add(t.name() + " status=" + status + suspended);
         }
         Collections.sort(threads);
         for (String t : threads) {
@@ -209,10 +220,23 @@ public final class IdeClient {
         BreakpointRequest bp = requests.createBreakpointRequest(at.get(0));
         bp.setSuspendPolicy(EventRequest.SUSPEND_ALL);
         bp.enable();
+        if (hold) {
+            System.out.println("ARMED");
+            System.out.flush();
+        }
         LocatableEvent hit = next(BreakpointEvent.class);
         phase("bp", t);
         t = nowUs();
         ThreadReference thread = hit.thread();
+        if (hold) {
+            System.out.println("HOLD breakpoint");
+            System.out.flush();
+            String answer = new BufferedReader(
+                new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+            if (answer == null) {
+                throw new IllegalStateException("stdin ended during the hold");
+            }
+        }
         inspect("breakpoint", thread);
         phase("stop", t);
 
@@ -236,14 +260,15 @@ public final class IdeClient {
     }
 
     public static void main(String[] args) throws IOException {
-        if (args.length != 6) {
-            System.err.println("usage: IdeClient HOST PORT CLASS LINE STEPS VIEWFILE");
+        boolean hold = args.length == 7 && "hold".equals(args[6]);
+        if (args.length != 6 && !hold) {
+            System.err.println("usage: IdeClient HOST PORT CLASS LINE STEPS VIEWFILE [hold]");
             System.exit(1);
         }
         long start = nowUs();
         IdeClient client = null;
         try {
-            client = new IdeClient(attach(args[0], args[1]));
+            client = new IdeClient(attach(args[0], args[1]), hold);
             client.session(start, args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
         } catch (Exception e) {
             System.out.println("ERR " + e);

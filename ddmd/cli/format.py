@@ -44,6 +44,7 @@ __all__ = [
     "format_select",
     "format_stack",
     "format_threads",
+    "origin_lines",
     "print_json",
     "show",
     "size",
@@ -385,9 +386,13 @@ def format_heap(body: dict[str, Any], *, verbose: bool = False) -> str:
             for h in heaps
         ]
         lines.append(table(("HEAP", "MAX", "SIZE", "ALLOCATED", "OBJECTS"), rows))
-        reported = _reported(heaps)
-        if reported:
-            lines.append(f"  {reported}")
+        origins = body.get("origins")
+        said = origin_lines(origins.get("heaps")) if isinstance(origins, dict) else None
+        if said is None:  # a daemon from before `origins`: HPIF's own time and reason
+            reported = _reported(heaps)
+            said = [f"  {reported}"] if reported else []
+        lines.extend(said)
+    images_origin = (body.get("origins") or {}).get("images")
     for image in images:
         s = image["summary"]
         kind = "native heap" if image.get("native") else "heap"
@@ -420,7 +425,23 @@ def format_heap(body: dict[str, Any], *, verbose: bool = False) -> str:
         elif segments:
             lines.append(f"  {len(segments)} segments (--json gives their units and runs)")
         lines.extend(f"  problem: {p['message']}" for p in image.get("problems") or [])
+    if images:
+        lines.extend(origin_lines(images_origin) or [])
     return "\n".join(lines)
+
+
+def origin_lines(origin: object) -> list[str] | None:
+    """Which GC a heap table or the segment summaries come from (``origins`` of the heap
+    JSON, worded by the daemon as the web page shows them): "  taken at 12:01:02, after the GC
+    ddmd ran", and its note when the other part comes from another GC. None: not said."""
+    if not isinstance(origin, dict) or not isinstance(origin.get("why"), str):
+        return None
+    clock = _clock(origin.get("at"))
+    when = f"taken at {clock}" if clock else "taken at a time ddmd does not know"
+    lines = [f"  {when}, {origin['why']}"]
+    if isinstance(origin.get("note"), str):
+        lines.append(f"  note: {origin['note']}")
+    return lines
 
 
 def _heap_info(heap: dict[str, Any]) -> str:

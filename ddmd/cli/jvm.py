@@ -14,7 +14,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ddmd.cli.api import Api, Failure
-from ddmd.cli.format import format_frame, format_gc, format_heap, format_stack, size, vm_label
+from ddmd.cli.format import (
+    format_frame,
+    format_gc,
+    format_heap,
+    format_stack,
+    origin_lines,
+    size,
+    vm_label,
+)
 
 __all__ = [
     "all_stacks",
@@ -140,7 +148,9 @@ def format_heap_any(body: dict[str, Any], *, verbose: bool = False) -> str:
         return format_heap(body, verbose=verbose)
     collector = f" ({heap['collector']} collector)" if heap.get("collector") else ""
     head = f"heap of VM {vm_label(body['vm'])}, from GC.heap_info{collector}:"
-    return "\n".join([head, *heap_words(heap)])
+    origins = body.get("origins")
+    said = origin_lines(origins.get("heaps")) if isinstance(origins, dict) else None
+    return "\n".join([head, *heap_words(heap), *(said or [])])
 
 
 def format_gc_any(body: dict[str, Any]) -> str:

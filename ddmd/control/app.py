@@ -16,8 +16,8 @@ and the sub-resource routes listed before the bare VM route)::
     GET  /api/v1/devices                            [{serial, state, model, product, vms}, ...]
     GET  /api/v1/vms/{target}                       {vm, threads: [...] | null}
     GET  /api/v1/vms/{target}/threads               {vm, threads: [...] | null, supported}
-    GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images[, run_fields, kinds, ...]}
-    POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, confirmed, heaps}
+    GET  /api/v1/vms/{target}/heap[?segments=1]     {vm, heaps, images, origins[, run_fields, ...]}
+    POST /api/v1/vms/{target}/gc                    {vm, gc: done|requested, heaps, origins, ...}
     GET  /api/v1/vms/{target}/threads/{thread}/stack   {vm, thread_id, thread_name, frames}
     GET  /api/v1/vms/{target}/stacks                every thread's stack (`control.jvm`)
     POST /api/v1/vms/{target}/heap/dump             GC + wait for the segment dump: as GET /heap
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -68,6 +69,7 @@ from ddmd import __version__
 from ddmd.control import heapimage, profiling, web
 from ddmd.control import jvm as plain_jvm
 from ddmd.control import logcat as logcat_routes
+from ddmd.control.origins import HeapOrigins, jvm_origin
 from ddmd.control.server import ControlBound, serve_control
 from ddmd.control.shapes import image_json, stack_json, threads_json
 from ddmd.errors import (
@@ -219,6 +221,7 @@ class _Api:
         self._registry = registry
         self._version = version
         self._ports = ports
+        self._origins = HeapOrigins()  # the GCs this API ran (`control.origins`)
 
     def resolve(self, request: Request) -> VmHandle:
         target = request.path_params["target"]
@@ -294,12 +297,13 @@ class _Api:
     async def heap(self, request: Request) -> Response:
         handle = self.resolve(request)
         segments = _flag(request, "segments")
-        images = await handle.heap_segments() if segments else handle.last_heap_images()
+        images = await self._dump(handle) if segments else handle.last_heap_images()
         snapshot = handle.snapshot()
         body: dict[str, Any] = {
             "vm": snapshot.to_json(),
             "heaps": [h.to_json() for h in snapshot.heaps],
             "images": [image_json(i, segments=segments) for i in images],
+            "origins": self._origins.origins(handle.vm_id, snapshot.heaps, images),
         }
         if segments:
             body["run_fields"] = list(RUN_FIELDS)
@@ -308,7 +312,16 @@ class _Api:
         jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: GC.heap_info's figures
         if jvm_heap is not None:
             body["jvm_heap"] = jvm_heap
+            body["origins"] = {"heaps": jvm_origin(jvm_heap, time.time()), "images": None}
         return JSONResponse(body)
+
+    async def _dump(self, handle: VmHandle) -> tuple[Any, ...]:
+        """A fresh segment dump (HPSG on, a GC, wait, HPSG off), remembered as ddmd's GC."""
+        before = handle.snapshot().heaps
+        images = await handle.heap_segments()
+        after = handle.snapshot().heaps
+        self._origins.dumped(handle.vm_id, images, (before, after), time.time())
+        return images
 
     async def heap_dump(self, request: Request) -> Response:
         """Like ``GET /heap`` after a fresh dump (HPSG on, GC, wait, HPSG off), without the
@@ -316,13 +329,14 @@ class _Api:
         if request.method != "POST":
             return _error(405, "Method Not Allowed", allow="POST")
         handle = self.resolve(request)
-        images = await handle.heap_segments()
+        images = await self._dump(handle)
         snapshot = handle.snapshot()
         return JSONResponse(
             {
                 "vm": snapshot.to_json(),
                 "heaps": [h.to_json() for h in snapshot.heaps],
                 "images": [image_json(i, segments=False) for i in images],
+                "origins": self._origins.origins(handle.vm_id, snapshot.heaps, images),
             }
         )
 
@@ -384,13 +398,22 @@ class _Api:
         handle = self.resolve(request)
         outcome = await handle.cause_gc()
         snapshot = handle.snapshot()
+        if outcome.by == "heap info":  # the figures now are the ones this GC brought
+            self._origins.gc_ran(handle.vm_id, snapshot.heaps)
         jvm_heap = await plain_jvm.heap_json(handle)  # a plain JVM: the heap after its GC
+        images = handle.last_heap_images()
+        origins = (
+            self._origins.origins(handle.vm_id, snapshot.heaps, images)
+            if jvm_heap is None
+            else {"heaps": jvm_origin(jvm_heap, time.time(), after_gc=True), "images": None}
+        )
         return JSONResponse(
             {
                 "vm": snapshot.to_json(),
                 **outcome.to_json(),
                 "heaps": [h.to_json() for h in snapshot.heaps],
                 **({} if jvm_heap is None else {"jvm_heap": jvm_heap}),
+                "origins": origins,
             }
         )
 

@@ -427,7 +427,14 @@ async def test_non_ddm_vm_keeps_its_connection_without_dbgd(
         assert b.registry.get(VM_ID) is b.actor
 
 
-async def test_debugger_connecting_during_the_reconnect_waits() -> None:
+async def test_debugger_connecting_during_the_reconnect_waits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Under the mock clock on purpose, though no timeout is under test: on the real clock a
+    # stall of the test process longer than DIRECT_SEND_LIMIT between the Dispose and its
+    # reply's write ended the debugger's close before the reply went out (dbg.receive() got
+    # None). The mock clock moves only when every task waits, never in the middle of a step;
+    # wait_all_tasks_blocked (cushion 0) still returns before it jumps.
     async with bridge(script=VmScript(answers={"DBGD": "empty"})) as b:
         await b.identified()
         first = b.vm

@@ -30,6 +30,7 @@ from tests.actors.rawpeers import (
 from tests.contract import CLIENT_KEYS
 
 CAP = 15  # seconds: absolute cap on every test
+NEVER = 1e6  # seconds: an apnm_delay that outlasts any test (the test renames the sim itself)
 
 REQUIRED_KEYS = CLIENT_KEYS
 
@@ -44,9 +45,8 @@ def vm_id(port: int) -> str:
 async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
     (port,) = free_port_range(1)
     with trio.fail_after(CAP):
-        # A quick scan so HELO comes well before the APNM rename (0.5 s after the sim starts).
         async with monitor([port], tmp_path, scan={"interval": 0.05}) as h:
-            await h.start_sim(
+            sim = await h.start_sim(
                 port,
                 pid=3131,
                 app_name="com.example.late",
@@ -57,7 +57,10 @@ async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
                 jvm_flags="CheckJNI=true",
                 draft=draft,
                 wait_for_debugger=True,
-                apnm_delay=0.5,
+                # Unnamed at first; its own APNM timer never fires during the test: the test
+                # renames it below, once HELO has been seen, so the order never depends on
+                # how quickly the daemon scans and identifies.
+                apnm_delay=NEVER,
             )
             # HELO came while the process was still <pre-initialized>.
             hello = await h.wait_event("vm.hello", vm=vm_id(port))
@@ -65,7 +68,8 @@ async def test_identity_rename_and_wait(draft: bool, tmp_path) -> None:
             assert hello["app"] == "<pre-initialized>"
             assert hello["vm_ident"] == "Dalvik v2.1.0"
             assert hello["package"] == (None if draft else "<pre-initialized>")
-            # APNM after apnm_delay renames it.
+            # APNM renames it.
+            await sim.rename("com.example.late", "com.example.late.pkg")
             vm = await h.wait_vm(vm_id(port), lambda v: v["app"] == "com.example.late")
             renamed = await h.wait_event("vm.renamed", vm=vm_id(port))
             assert renamed["app"] == "com.example.late"

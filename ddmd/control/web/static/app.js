@@ -47,6 +47,7 @@
     heapEtag: null,
     heapUrl: null,
     heapImages: [],
+    heapOrigins: null, // GET .../heap: origins (which GC the figures and segments come from)
     legend: null,
     events: null,
     eventsOpen: false,
@@ -117,6 +118,32 @@
 
   function clock(date) {
     return date.toLocaleTimeString("en-GB", { hour12: false });
+  }
+
+  // Which GC a heap table or segment summary comes from: the daemon's words (`origins` of
+  // GET .../heap, control/origins.py), as `ddmd heap` prints them, with "N s ago" here.
+  function originLines(origin, now) {
+    if (!origin || typeof origin.why !== "string") return [];
+    let when = "taken at a time ddmd does not know";
+    if (typeof origin.at === "number") {
+      const at = new Date(origin.at * 1000);
+      const ago = Math.max(0, Math.round((now - at) / 1000));
+      when = `taken at ${clock(at)} (${ago} s ago)`;
+    }
+    const lines = [`${when}, ${origin.why}`];
+    if (typeof origin.note === "string") lines.push(`note: ${origin.note}`);
+    return lines;
+  }
+
+  function renderOrigins() {
+    const origins = state.heapOrigins || {};
+    const now = new Date();
+    for (const [id, origin] of [["heaps-origin", origins.heaps], ["images-origin", origins.images]]) {
+      const lines = originLines(origin, now);
+      const node = $(id);
+      if (node.textContent !== lines.join(" · ")) node.textContent = lines.join(" · ");
+      show(node, lines.length > 0);
+    }
   }
 
   function vmPath(id) {
@@ -282,6 +309,13 @@
     }
     if (name === "app.crashed") {
       logcatCrashed(data && typeof data === "object" ? data : null);
+      return;
+    }
+    if (name === "heap.info") {
+      // New heap figures: GET .../heap again for the words of the GC they come from.
+      const vm = data && typeof data === "object" ? data.vm : null;
+      if (state.shown && vm === state.shown && !state.gcRunning) loadHeap(state.shown);
+      queueRefresh();
       return;
     }
     if (name === "heap.dumped") {
@@ -520,6 +554,8 @@
     state.heapImages = [];
     state.jvmHeap = null; // a plain JVM's GC.heap_info (GET .../heap: jvm_heap)
     state.jvmHeapWhy = null; // or why it cannot be had
+    state.heapOrigins = null; // which GC the figures and the segments come from
+    renderOrigins();
     show($("heap-view"), false);
     $("heaps").tBodies[0].replaceChildren();
     setText($("heap-status"), "");
@@ -1017,6 +1053,8 @@
       state.heapImages = body.images || [];
       state.jvmHeap = body.jvm_heap || null;
       state.jvmHeapAt = new Date();
+      state.heapOrigins = body.origins || null;
+      renderOrigins();
       if (state.heapImages.length) await loadHeapPicture(id);
       updateShownVm();
     } catch (err) {
@@ -1186,18 +1224,24 @@
         if (state.shown !== id) return;
         state.jvmHeap = done.jvm_heap || state.jvmHeap;
         state.jvmHeapAt = new Date();
+        state.heapOrigins = done.origins || state.heapOrigins;
+        renderOrigins();
         setText($("heap-status"), `GC done at ${clock(new Date())} (GC.run)`);
         return;
       }
       if (((shownVm() || {}).missing || {}).HPSG) { // known: no segments come, the GC only
-        await apiJson(vmPath(id) + "/gc", { method: "POST" });
+        const done = await apiJson(vmPath(id) + "/gc", { method: "POST" });
         if (state.shown !== id) return;
+        state.heapOrigins = done.origins || state.heapOrigins;
+        renderOrigins();
         setText($("heap-status"), `GC requested at ${clock(new Date())} (no heap segments from this VM)`);
         return;
       }
       const body = await apiJson(vmPath(id) + "/heap/dump", { method: "POST" });
       if (state.shown !== id) return;
       state.heapImages = body.images || [];
+      state.heapOrigins = body.origins || null;
+      renderOrigins();
       if (state.heapImages.length) {
         await loadHeapPicture(id);
         setText($("heap-status"), `GC + heap dump at ${clock(new Date())}`);
@@ -2196,6 +2240,7 @@
     });
     loadVersion();
     startEvents();
+    setInterval(renderOrigins, 1000); // "N s ago"
     refreshVms().then(() => {
       const wanted = hashParams().get("vm");
       if (wanted && state.vms.some((vm) => vm.id === wanted)) openVm(wanted);
