@@ -38,7 +38,9 @@ nothing is asked from it. A speculative reply never used before it was invalidat
 as wasted.
 
 "auto" turns foresight on once the smoothed round trip of ddmd's own requests (every one the
-router sends: Version, the thread poll, DDM requests, foresight's own) is over ``threshold``.
+router sends: Version, the thread poll, DDM requests, foresight's own) is over ``threshold``,
+and off again, at the start of a debugger session (never in the middle of one), once it is
+under half the threshold: a moment of load on this machine must not leave it on for good.
 """
 
 from __future__ import annotations
@@ -267,6 +269,8 @@ class Foresight:
             self._learn_shape(packet.data)
         elif k == _OBJECT_VALUES:
             self._learn_fields(packet.data)
+        if validity is Validity.SUSPENSION:
+            self.learned.asked_kind(k)
         if scoped and not self._servable(k, packet.data, validity):
             return None
         entry = (self.scoped if scoped else self.lasting).get(key)
@@ -337,11 +341,27 @@ class Foresight:
         """A debugger starts debugging: the first of a session asks again the class data the
         last session used (``learned.py``), so that none of it is served from before."""
         keys = self.learned.take_rewarm()
+        near = self.rtt is not None and self.rtt < self.threshold / 2
+        if self.mode == "auto" and self.on and near:  # near again: off, till it is not
+            self._switch_off()
+            return []
         if not self.on or self.host.foresight_sizes() is None:
             return []
         for key in keys:
             self._plan(key)
         return self._drain()
+
+    def _switch_off(self) -> None:
+        """ "auto" turns foresight off between debugger sessions once the round trip is well
+        under the threshold (a moment of load turned it on): nothing kept is valid once it no
+        longer watches the commands that end validity, so everything goes, and whatever is
+        still in flight lands in a past epoch and class generation."""
+        self.on = False
+        self._new_epoch()
+        self._classes_gone()
+        self._drop(lambda v: True)
+        self.queue.clear()
+        self.host.foresight_switched(False)
 
     # ------------------------------------------------------------------ the VM's events
 
@@ -372,6 +392,7 @@ class Foresight:
         """After a suspending composite was delivered: ask what debuggers will ask."""
         if not self.on or not self.suspended or self.host.foresight_sizes() is None:
             return []
+        self.learned.stopped()
         if self.suspended == _ALL:
             self._plan(b"\x01\x04", ("threads",))
         if self.thread:
@@ -425,6 +446,8 @@ class Foresight:
         """Ask ``key`` unless it is stored, in flight or queued already."""
         k = (key[0] << 8) | key[1]
         validity = _VALIDITY[k]
+        if validity is Validity.SUSPENSION and not self.learned.wants(k):
+            return  # not asked at the last stop (learned.py)
         stamp = self._stamp(validity)
         store = self.scoped if validity in _SCOPED else self.lasting
         entry = store.get(key)

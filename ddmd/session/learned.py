@@ -19,6 +19,11 @@ ddmd asks the VM on its own, and a reply is stored only as the VM gives it.
   and when `this` is an object already typed, the fields debuggers read of it are asked at
   once, without waiting for its ReferenceType again. An object's class never changes and ids
   are not reused on one connection.
+- What debuggers asked at the last stop: the kinds (command set and command) of the
+  suspension-scoped commands they sent since the stop before. At the next stop ddmd asks ahead
+  only those kinds (at a session's first stop, every kind of the plan): jdb, which asks little
+  at a step, is not sent thirty thread statuses it never reads, whose bytes would delay its own
+  commands on a link that carries one write at a time (adb's, before its delayed ACK).
 - The next session's class data: when the last debugger leaves, class structure and method
   data are dropped (an agent may redefine a class while none is attached, and JDWP never shows
   it), but their keys are kept here; when a debugger starts the next session, ddmd asks them
@@ -48,12 +53,30 @@ class Learned:
         self.fields: dict[bytes, bytes] = {}  # class id -> field list of ObjectReference.GetValues
         self.rewarm: list[bytes] = []
         self.types: dict[bytes, bytes] = {}  # object id -> its ReferenceType reply, this session
+        self.asked: set[int] = set()  # kinds ((set << 8) | command) asked since the last stop
+        self.wanted: frozenset[int] | None = None  # asked at the stop before; None: no stop yet
+        self.stops = 0  # stops in this session
 
     def reset(self) -> None:
         """A new connection: ids restart, so field ids and class keys mean nothing now."""
         self.fields.clear()
         self.rewarm.clear()
         self.types.clear()
+        self.asked, self.wanted, self.stops = set(), None, 0
+
+    def asked_kind(self, kind: int) -> None:
+        """A debugger sent a suspension-scoped command of ``kind``."""
+        self.asked.add(kind)
+
+    def stopped(self) -> None:
+        """A new stop: what was asked since the one before is what the next asks will be."""
+        self.wanted = frozenset(self.asked) if self.stops else None
+        self.asked = set()
+        self.stops += 1
+
+    def wants(self, kind: int) -> bool:
+        """Whether to ask ``kind`` ahead at this stop."""
+        return self.wanted is None or kind in self.wanted
 
     def typed(self, obj: bytes, reply: bytes) -> None:
         """``obj``'s ReferenceType reply (tag and class id) was seen in this session."""
@@ -93,6 +116,7 @@ class Learned:
         the objects it typed are forgotten (the next debugger has seen none of them)."""
         self.rewarm = list(keys)[-MAX_REWARM:]
         self.types.clear()
+        self.asked, self.wanted, self.stops = set(), None, 0
 
     def take_rewarm(self) -> list[bytes]:
         keys, self.rewarm = self.rewarm, []

@@ -413,6 +413,42 @@ def test_auto_turns_foresight_on_over_the_threshold() -> None:
     assert Playbook  # (the module's style)
 
 
+def _round_trip(h: Bridged, at: float, took: float) -> None:
+    r = h.router
+    r.now = at
+    vm_id, _ = r.send_own("ddmd", 1, 1, b"", float("inf"))
+    r.now = at + took
+    h.handle(VmBytes(reply(vm_id, b"v")))
+
+
+def test_auto_turns_foresight_off_at_the_next_session_once_the_vm_is_near_again() -> None:
+    h = Bridged(speculate=("auto", 0.002, 64, 1 << 20))
+    r = h.router
+    h.handle(VmConnected(0.0))
+    _round_trip(h, 1.0, 0.2)  # a moment of load: on
+    assert r.foresight.on
+    joined = (
+        h.book()
+        >> ConsumerJoined(1, "vm-port", "p")
+        >> ConsumerBytes(1, HANDSHAKE)
+        << SendToDebugger(1, HANDSHAKE)
+    )
+    assert joined
+    for k in range(60):  # near again, while a debugger is attached: stays on
+        _round_trip(h, 2.0 + k, 0.0001)
+    assert r.foresight.on
+    assert r.foresight.rtt is not None
+    assert r.foresight.rtt < 0.001
+    assert h.book() >> ConsumerLeft(1, "gone") << CloseDebugger(1, "left")
+    assert r.foresight.on  # not between sessions either: only when the next one starts
+    h.handle(ConsumerJoined(2, "vm-port", "p"))
+    h.handle(ConsumerBytes(2, HANDSHAKE))
+    assert not r.foresight.on
+    assert r.off_lane is OFF_LANE
+    assert r.foresight.lasting == {}
+    assert r.foresight.scoped == {}
+
+
 def test_frames_up_to_the_frame_count_are_learned_as_such() -> None:
     """An IDE asks frames(0, min(20, count)): at the next stop, Frames(0, count) once the
     FrameCount reply is in."""

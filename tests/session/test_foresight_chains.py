@@ -56,10 +56,13 @@ def vm_id(out: list[Command], command: tuple[int, int], data: bytes) -> int:
 
 
 def stopped_at_frame_zero(h: Bridged, policy: int = ALL) -> list[Command]:
-    """A breakpoint, and the VM's answer to the speculative Frames: what ddmd asks next."""
+    """A breakpoint, and the VM's answer to the speculative Frames: what ddmd asks next. The
+    debugger asks the frames too (served), as an IDE does at every stop."""
     out = h.handle(VmBytes(composite(policy, bp(5))))
     frames = vm_id(out, (11, 6), tid(T1) + int4(0) + int4(-1))
-    return h.handle(VmBytes(reply(frames, FRAMES_REPLY)))
+    out = h.handle(VmBytes(reply(frames, FRAMES_REPLY)))
+    served(h, 1, 90, (11, 6), tid(T1) + int4(0) + int4(-1), FRAMES_REPLY)
+    return out
 
 
 def test_the_objects_a_getvalues_reply_shows_are_typed_and_read_ahead() -> None:
@@ -97,9 +100,11 @@ def test_objects_are_not_read_ahead_under_event_thread() -> None:
 
 
 def _this_and_its_class(h: Bridged, out: list[Command]) -> list[Command]:
-    """The VM answers ThisObject (SELF) and then its ReferenceType (a class)."""
+    """The VM answers ThisObject (SELF), the debugger asks it (served), then the VM answers
+    its ReferenceType (a class)."""
     out = h.handle(VmBytes(reply(vm_id(out, THIS, tid(T1) + FRAME0), b"L" + SELF)))
     assert commands(out) == [(REFERENCE_TYPE, SELF)]
+    served(h, 1, 91, THIS, tid(T1) + FRAME0, b"L" + SELF)
     return h.handle(VmBytes(reply(vm_id(out, REFERENCE_TYPE, SELF), b"\x01" + CLASS)))
 
 
@@ -212,3 +217,24 @@ def test_jdi_s_locals_are_asked_in_slot_order() -> None:
     out = h.handle(VmBytes(reply(vm_id(out, VARIABLES, CLASS + METHOD), table)))
     slots = int4(3) + int4(1) + b"I" + int4(2) + b"I" + int4(3) + b"L"
     assert (GET_VALUES, tid(T1) + FRAME0 + slots) in commands(out)
+
+
+def test_at_the_next_stop_only_what_debuggers_asked_at_the_last_one_is_asked_ahead() -> None:
+    # jdb at a step asks for the frames only: ddmd stops asking thread statuses and names ahead.
+    h = on(1, inflight=64)
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    first = {c for c, _ in commands(out)}
+    assert first == {(1, 4), (11, 7), (11, 6)}  # a session's first stop: the whole plan
+    frames = vm_id(out, (11, 6), tid(T1) + int4(0) + int4(-1))
+    h.handle(VmBytes(reply(frames, FRAMES_REPLY)))
+    served(h, 1, 10, (11, 6), tid(T1) + int4(0) + int4(-1), FRAMES_REPLY)
+    resume = h.handle(ConsumerBytes(1, cmd(11, (1, 9))))
+    h.handle(VmBytes(reply(vm_id(resume, (1, 9), b""))))
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    assert {c for c, _ in commands(out)} == {(11, 6)}  # no AllThreads, no FrameCount
+    # The debugger asks AllThreads itself at this stop: the next stop asks it ahead again.
+    asked(h, 1, 12, vm_id(out, (11, 6), tid(T1) + int4(0) + int4(-1)) + 1, (1, 4), b"", int4(0))
+    resume = h.handle(ConsumerBytes(1, cmd(13, (1, 9))))
+    h.handle(VmBytes(reply(vm_id(resume, (1, 9), b""))))
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    assert {c for c, _ in commands(out)} == {(1, 4)}
