@@ -309,6 +309,7 @@ def measure(path: Path_, client: str, work: Path, line: int, steps: int) -> Run:
 
 
 TIMELINE: Path | None = None  # --timeline
+SPECULATE = "auto"  # --speculate: ddmd's [debugger] speculate
 
 
 def write_timeline(out: Path, title: str, run: Run, taken: Taken) -> None:
@@ -359,7 +360,13 @@ class Rig:
             self.ddmd.daemon.stop(self.children)
             self.ddmd = None
         self.ddmd = start_scanning(
-            self.children, self.work, "ddmd", self.scan_port, self.ports, adb=self.adb_vm
+            self.children,
+            self.work,
+            "ddmd",
+            self.scan_port,
+            self.ports,
+            adb=self.adb_vm,
+            debugger={"speculate": SPECULATE},
         )
 
 
@@ -611,13 +618,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-jdb", action="store_true", help="only the IDE client")
     parser.add_argument("--keep", type=Path, help="copy the work dir (views, ddmd logs) here")
     parser.add_argument(
+        "--speculate",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="ddmd's [debugger] speculate (auto: the default config)",
+    )
+    parser.add_argument(
         "--timeline",
         type=Path,
         help="write each session's link commands (ms into each phase, set/command) to this file",
     )
     args = parser.parse_args(argv)
-    global TIMELINE
-    TIMELINE = args.timeline
+    global TIMELINE, SPECULATE
+    TIMELINE, SPECULATE = args.timeline, args.speculate
     args.rtt = [float(x) for x in (args.rtt or ("20" if args.quick else "0,5,20,50")).split(",")]
     args.rounds = args.rounds or (1 if args.quick else 3)
     missing = [
@@ -635,8 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"slow_link: JDK {jvm.java_version()}, {os.cpu_count()} CPUs (shared: figures are "
         f"noisy); RTT {', '.join(f'{r:g}' for r in args.rtt)} ms; {args.rounds} round(s); "
-        f"IDE client: breakpoint at {TARGET_CLASS}:{line}, {args.steps} steps, two sessions"
-        + (" [--quick: rough figures]" if args.quick else ""),
+        f"IDE client: breakpoint at {TARGET_CLASS}:{line}, {args.steps} steps, two sessions; "
+        f"ddmd speculate = {args.speculate}" + (" [--quick: rough figures]" if args.quick else ""),
         flush=True,
     )
     results: Results = {}
