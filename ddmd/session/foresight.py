@@ -37,10 +37,12 @@ held. A refused speculative command is stored (the VM would refuse the debugger 
 nothing is asked from it. A speculative reply never used before it was invalidated is counted
 as wasted.
 
-"auto" turns foresight on once the smoothed round trip of ddmd's own requests (every one the
-router sends: Version, the thread poll, DDM requests, foresight's own) is over ``threshold``,
-and off again, at the start of a debugger session (never in the middle of one), once it is
-under half the threshold: a moment of load on this machine must not leave it on for good.
+"auto" turns foresight on once the round trip of ddmd's own requests (every one the router
+sends: Version, the thread poll, DDM requests, foresight's own) is over ``threshold`` in each
+of the last few samples (their least: a link's delay is in every sample, while a moment's load,
+a slow command or a pipelined burst inflates only some), and off again, at the start of a
+debugger session (never in the middle of one), once that least is under half the threshold.
+``rtt`` (smoothed, as TCP's SRTT) is what users are shown.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ _SCOPED: Final = frozenset({Validity.SUSPENSION, Validity.OBJECT_IMMUTABLE})
 _LASTING_CLASS: Final = frozenset({Validity.CLASS_STRUCTURE, Validity.METHOD_DATA})
 _NOT_SUSPENDED, _ALL, _THREAD = 0, 2, 1
 _ALPHA: Final = 0.125  # the smoothing of the round trip (TCP's SRTT)
+_RECENT: Final = 4  # samples whose least decides "auto" (the link, not a moment's queue)
 _MAX_TIMED: Final = 256
 _FRAMES_KEY: Final = 0x0B06
 _OBJECT_VALUES: Final = 0x0902  # ObjectReference.GetValues
@@ -167,6 +170,7 @@ class Foresight:
         self.max_bytes = max_bytes
         self.on = False
         self.rtt: float | None = None
+        self.recent: deque[float] = deque(maxlen=_RECENT)  # the last round-trip samples
         self.epoch = 0
         self.class_gen = 0
         self.suspended = _NOT_SUSPENDED
@@ -235,7 +239,8 @@ class Foresight:
             return []
         sample = max(0.0, self.host.now - sent)
         self.rtt = sample if self.rtt is None else self.rtt + _ALPHA * (sample - self.rtt)
-        if self.mode == "auto" and not self.on and self.rtt > self.threshold:
+        self.recent.append(sample)
+        if self.mode == "auto" and not self.on and min(self.recent) > self.threshold:
             self.on = True
             self.host.foresight_switched(True)
             return self.ask_unload()
@@ -341,7 +346,7 @@ class Foresight:
         """A debugger starts debugging: the first of a session asks again the class data the
         last session used (``learned.py``), so that none of it is served from before."""
         keys = self.learned.take_rewarm()
-        near = self.rtt is not None and self.rtt < self.threshold / 2
+        near = bool(self.recent) and min(self.recent) < self.threshold / 2
         if self.mode == "auto" and self.on and near:  # near again: off, till it is not
             self._switch_off()
             return []
