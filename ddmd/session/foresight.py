@@ -71,6 +71,8 @@ _LASTING_CLASS: Final = frozenset({Validity.CLASS_STRUCTURE, Validity.METHOD_DAT
 _NOT_SUSPENDED, _ALL, _THREAD = 0, 2, 1
 _ALPHA: Final = 0.125  # the smoothing of the round trip (TCP's SRTT)
 _RECENT: Final = 4  # samples whose least decides "auto" (the link, not a moment's queue)
+_TIMED_TOO: Final = frozenset({0x0101, 0x0107})  # VM.Version, VM.IDSizes: answered at once
+_DDM: Final = 0xC7
 _MAX_TIMED: Final = 256
 _FRAMES_KEY: Final = 0x0B06
 _OBJECT_VALUES: Final = 0x0902  # ObjectReference.GetValues
@@ -224,11 +226,15 @@ class Foresight:
     # ------------------------------------------------------------------ round trips
 
     def own_sent(self, vm_id: int, command_set: int, command: int) -> None:
-        """ddmd sent a command of its own: timed; one that ends validity invalidates first."""
-        if len(self.timed) >= _MAX_TIMED:
-            del self.timed[next(iter(self.timed))]
-        self.timed[vm_id] = self.host.now
-        if (command_set << 8) | command in ENDING_KEYS:
+        """ddmd sent a command of its own: timed, when it is one the VM answers at once (a read
+        or a DDM request: not an event request, a resume or a redefinition, which cost the VM
+        milliseconds of its own work); one that ends validity invalidates first."""
+        k = (command_set << 8) | command
+        if k in _VALIDITY or k in _TIMED_TOO or command_set == _DDM:
+            if len(self.timed) >= _MAX_TIMED:
+                del self.timed[next(iter(self.timed))]
+            self.timed[vm_id] = self.host.now
+        if k in ENDING_KEYS:
             self._ended(command_set, command)
 
     def own_replied(self, vm_id: int) -> list[Command]:

@@ -420,6 +420,20 @@ def test_auto_turns_foresight_on_over_the_threshold() -> None:
     assert Playbook  # (the module's style)
 
 
+def test_commands_that_cost_the_vm_work_are_not_round_trip_samples() -> None:
+    # Clearing a breakpoint (HotSpot deoptimizes) takes the VM milliseconds on a local link.
+    h = Bridged(speculate=("auto", 0.002, 64, 1 << 20))
+    r = h.router
+    h.handle(VmConnected(0.0))
+    for k in range(6):
+        r.now = 1.0 + k
+        vm_id, _ = r.send_own("ddmd", 15, 2, bytes([2]) + int4(k), float("inf"))
+        r.now = 1.005 + k
+        h.handle(VmBytes(reply(vm_id)))
+    assert not r.foresight.on
+    assert r.foresight.rtt is None
+
+
 def test_one_slow_answer_among_fast_ones_leaves_auto_off() -> None:
     h = Bridged(speculate=("auto", 0.002, 64, 1 << 20))
     h.handle(VmConnected(0.0))
