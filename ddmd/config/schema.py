@@ -125,7 +125,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
                 "relay_threads": True,
                 "relay_spin_us": 60,
                 "speculate": "auto",
-                "speculate_rtt_ms": 2,
+                "speculate_rtt_ms": 3,
                 "speculate_max_inflight": 64,
                 "speculate_max_bytes": 4 * 1024 * 1024,
             }
@@ -336,7 +336,7 @@ class DebuggerConfig:
     relay_threads: bool = True  # a VM with debuggers is relayed by a thread (drive/threadlane.py)
     relay_spin_us: int = 60  # how long that thread polls for a reply before it sleeps (0: never)
     speculate: str = "auto"  # foresight (session/foresight.py): auto, on or off
-    speculate_rtt_ms: int = 2  # "auto" turns it on for a VM whose round trip is longer
+    speculate_rtt_ms: int = 3  # "auto" turns it on for a VM whose round trip is longer
     speculate_max_inflight: int = 64  # ddmd's own commands in flight per stop, at most
     speculate_max_bytes: int = 4 * 1024 * 1024  # replies held per VM, at most
     # A debugger that stops reading keeps its session while it has not read for at most
