@@ -59,6 +59,7 @@ from ddmd.protocol.jdwpevents import EventRequestSet, decode_composite, decode_i
 from ddmd.session.commands import Command, Log
 from ddmd.session.follow import Context, next_asks
 from ddmd.session.learned import BY_COUNT, Learned
+from ddmd.session.roundtrip import RoundTrip
 from ddmd.session.split import first_thread
 from ddmd.session.stability import ENDING_KEYS, FRAME_KEYS, REDEFINES, STABILITY, Validity
 
@@ -69,11 +70,6 @@ _VALIDITY: Final = {(cs << 8) | c: s.validity for (cs, c), s in STABILITY.items(
 _SCOPED: Final = frozenset({Validity.SUSPENSION, Validity.OBJECT_IMMUTABLE})
 _LASTING_CLASS: Final = frozenset({Validity.CLASS_STRUCTURE, Validity.METHOD_DATA})
 _NOT_SUSPENDED, _ALL, _THREAD = 0, 2, 1
-_ALPHA: Final = 0.125  # the smoothing of the round trip (TCP's SRTT)
-_RECENT: Final = 4  # samples whose least decides "auto" (the link, not a moment's queue)
-_TIMED_TOO: Final = frozenset({0x0101, 0x0107})  # VM.Version, VM.IDSizes: answered at once
-_DDM: Final = 0xC7
-_MAX_TIMED: Final = 256
 _FRAMES_KEY: Final = 0x0B06
 _OBJECT_VALUES: Final = 0x0902  # ObjectReference.GetValues
 _VALUES: Final = frozenset({b"\x09\x02", b"\x10\x01"})  # replies of tagged values
@@ -171,8 +167,7 @@ class Foresight:
         self.max_inflight = max_inflight
         self.max_bytes = max_bytes
         self.on = False
-        self.rtt: float | None = None
-        self.recent: deque[float] = deque(maxlen=_RECENT)  # the last round-trip samples
+        self.trip = RoundTrip(_VALIDITY)  # roundtrip.py: what "auto" decides on
         self.epoch = 0
         self.class_gen = 0
         self.suspended = _NOT_SUSPENDED
@@ -184,7 +179,6 @@ class Foresight:
         self.queue: deque[tuple[bytes, tuple[object, ...]]] = deque()
         self.own_inflight = 0
         self.held = 0
-        self.timed: dict[int, float] = {}  # VM-side id of ddmd's own command -> sent at
         self.learned = Learned()  # learned.py: Frames ranges, field lists, the next session
         self.unload_request: int | None = None
         self.unload_asked = False
@@ -206,7 +200,7 @@ class Foresight:
         self.twins.clear()
         self.queue.clear()
         self.own_inflight = 0
-        self.timed.clear()
+        self.trip.forget_sent()
         self.unload_request = None
         self.unload_asked = False
         self.suspended = _NOT_SUSPENDED
@@ -215,7 +209,7 @@ class Foresight:
     def statistics(self) -> ForesightStatistics:
         return ForesightStatistics(
             self.on,
-            self.rtt,
+            self.trip.srtt,
             self.answered_cache,
             self.answered_speculation,
             self.speculated,
@@ -225,28 +219,25 @@ class Foresight:
 
     # ------------------------------------------------------------------ round trips
 
+    @property
+    def rtt(self) -> float | None:
+        """The smoothed round trip of ddmd's own requests (seconds): what users are shown."""
+        return self.trip.srtt
+
     def own_sent(self, vm_id: int, command_set: int, command: int) -> None:
-        """ddmd sent a command of its own: timed, when it is one the VM answers at once (a read
-        or a DDM request: not an event request, a resume or a redefinition, which cost the VM
-        milliseconds of its own work); one that ends validity invalidates first."""
-        k = (command_set << 8) | command
-        if k in _VALIDITY or k in _TIMED_TOO or command_set == _DDM:
-            if len(self.timed) >= _MAX_TIMED:
-                del self.timed[next(iter(self.timed))]
-            self.timed[vm_id] = self.host.now
-        if k in ENDING_KEYS:
+        """ddmd sent a command of its own: timed (``roundtrip.py``); one that ends validity
+        invalidates first."""
+        self.trip.sent(vm_id, command_set, command, self.host.now)
+        if (command_set << 8) | command in ENDING_KEYS:
             self._ended(command_set, command)
 
     def own_replied(self, vm_id: int) -> list[Command]:
         """The reply to a command of ddmd's own: a round trip measured. "auto" turns foresight
         on over the threshold (then asks for its CLASS_UNLOAD request)."""
-        sent = self.timed.pop(vm_id, None)
-        if sent is None:
+        if not self.trip.replied(vm_id, self.host.now):
             return []
-        sample = max(0.0, self.host.now - sent)
-        self.rtt = sample if self.rtt is None else self.rtt + _ALPHA * (sample - self.rtt)
-        self.recent.append(sample)
-        if self.mode == "auto" and not self.on and min(self.recent) > self.threshold:
+        least = self.trip.least()
+        if self.mode == "auto" and not self.on and least is not None and least > self.threshold:
             self.on = True
             self.host.foresight_switched(True)
             return self.ask_unload()
@@ -352,7 +343,8 @@ class Foresight:
         """A debugger starts debugging: the first of a session asks again the class data the
         last session used (``learned.py``), so that none of it is served from before."""
         keys = self.learned.take_rewarm()
-        near = bool(self.recent) and min(self.recent) < self.threshold / 2
+        least = self.trip.least()
+        near = least is not None and least < self.threshold / 2
         if self.mode == "auto" and self.on and near:  # near again: off, till it is not
             self._switch_off()
             return []
