@@ -46,7 +46,7 @@ from ddmd.session.plan import (
     read_values,
 )
 
-__all__ = ["MAX_FRAMES", "Ask", "Context", "next_asks"]
+__all__ = ["MAX_FRAMES", "Ask", "Context", "next_asks", "stop_asks"]
 
 MAX_FRAMES: Final = 30  # frames of a Frames reply whose class data is asked
 
@@ -65,6 +65,24 @@ class Context:
     epoch: int
     variables: Callable[[bytes], bytes | None]
     learned: Learned
+
+
+def stop_asks(thread: bytes, all_suspended: bool, learned: Learned) -> list[Ask]:
+    """What to ask at once when a composite suspends: the thread list (ALL), the event thread's
+    frame count and its frames in the ranges debuggers asked before (with the last count for
+    (0, FrameCount)); when debuggers stopped asking for the thread list (jdb at a step), the
+    event thread's status and name (ALL only: under EVENT_THREAD only its frames are kept)."""
+    asks: list[Ask] = [(b"\x01\x04", ("threads",))] if all_suspended else []
+    if not thread:
+        return asks
+    asks.append((b"\x0b\x07" + thread, ("count",)))
+    asks += [(b"\x0b\x06" + thread + shape, ("frames",)) for shape in learned.ranges()]
+    count = learned.counts.get(thread)
+    if count is not None and learned.by_count():
+        asks.append((b"\x0b\x06" + thread + bytes(4) + count, ("frames",)))
+    if all_suspended and not learned.wants(0x0104):  # no thread list: the event thread alone
+        asks += [(b"\x0b\x04" + thread, ()), (b"\x0b\x01" + thread, ())]
+    return asks
 
 
 def next_asks(follow: tuple[object, ...], data: bytes, ctx: Context) -> list[Ask]:

@@ -57,7 +57,7 @@ from ddmd.protocol.errors import ProtocolError
 from ddmd.protocol.jdwp import CommandPacket, EventKind, IdSizes, ReplyPacket, SuspendPolicy
 from ddmd.protocol.jdwpevents import EventRequestSet, decode_composite, decode_int
 from ddmd.session.commands import Command, Log
-from ddmd.session.follow import Context, next_asks
+from ddmd.session.follow import Context, next_asks, stop_asks
 from ddmd.session.learned import BY_COUNT, Learned
 from ddmd.session.roundtrip import RoundTrip
 from ddmd.session.split import first_thread
@@ -396,12 +396,8 @@ class Foresight:
         if not self.on or not self.suspended or self.host.foresight_sizes() is None:
             return []
         self.learned.stopped()
-        if self.suspended == _ALL:
-            self._plan(b"\x01\x04", ("threads",))
-        if self.thread:
-            self._plan(b"\x0b\x07" + self.thread, ("count",))
-            for shape in self.learned.ranges():
-                self._plan(b"\x0b\x06" + self.thread + shape, ("frames",))
+        for key, then in stop_asks(self.thread, self.suspended == _ALL, self.learned):
+            self._plan(key, then)
         return self._drain()
 
     # ------------------------------------------------------------------ foresight's own
@@ -423,17 +419,14 @@ class Foresight:
         return out + self._drain()
 
     def _follow(self, follow: tuple[object, ...], data: bytes) -> None:
-        """Ask what the reply ``data`` leads to (``follow.py``)."""
+        """Ask what the reply ``data`` leads to (``follow.py``); keep what it teaches."""
         sizes = self.host.foresight_sizes()
         if sizes is None:
             return
         ctx = Context(
             sizes, self.thread, self.suspended == _ALL, self.epoch, self._variables, self.learned
         )
-        if follow[0] == "type" and len(data) >= 1 + sizes.reference_type_id:
-            obj = follow[1]
-            assert isinstance(obj, bytes)
-            self.learned.typed(obj, data[: 1 + sizes.reference_type_id])
+        self.learned.reply(follow, data, self.thread, sizes.reference_type_id)
         try:
             asks = next_asks(follow, data, ctx)
         except ProtocolError:

@@ -19,6 +19,9 @@ ddmd asks the VM on its own, and a reply is stored only as the VM gives it.
   and when `this` is an object already typed, the fields debuggers read of it are asked at
   once, without waiting for its ReferenceType again. An object's class never changes and ids
   are not reused on one connection.
+- Frame counts: the last FrameCount of each thread. A debugger that asks frames (0, FrameCount)
+  at every stop gets them asked at once in that range (a step rarely changes the depth), as
+  well as once the new count is known.
 - What debuggers asked at the last stop: the kinds (command set and command) of the
   suspension-scoped commands they sent since the stop before. At the next stop ddmd asks ahead
   only those kinds (at a session's first stop, every kind of the plan): jdb, which asks little
@@ -53,6 +56,7 @@ class Learned:
         self.fields: dict[bytes, bytes] = {}  # class id -> field list of ObjectReference.GetValues
         self.rewarm: list[bytes] = []
         self.types: dict[bytes, bytes] = {}  # object id -> its ReferenceType reply, this session
+        self.counts: dict[bytes, bytes] = {}  # thread -> its last FrameCount reply
         self.asked: set[int] = set()  # kinds ((set << 8) | command) asked since the last stop
         self.wanted: frozenset[int] | None = None  # asked at the stop before; None: no stop yet
         self.stops = 0  # stops in this session
@@ -62,7 +66,20 @@ class Learned:
         self.fields.clear()
         self.rewarm.clear()
         self.types.clear()
+        self.counts.clear()
         self.asked, self.wanted, self.stops = set(), None, 0
+
+    def reply(self, follow: tuple[object, ...], data: bytes, thread: bytes, size: int) -> None:
+        """What a reply foresight follows teaches: an object's type, a thread's frame count."""
+        if follow[0] == "type" and len(data) >= 1 + size:  # size: a class id's
+            obj = follow[1]
+            assert isinstance(obj, bytes)
+            self.typed(obj, data[: 1 + size])
+        elif follow[0] == "count" and thread and len(data) >= 4:
+            self.counts.pop(thread, None)
+            self.counts[thread] = data[:4]
+            while len(self.counts) > MAX_CLASSES:
+                del self.counts[next(iter(self.counts))]
 
     def asked_kind(self, kind: int) -> None:
         """A debugger sent a suspension-scoped command of ``kind``."""

@@ -238,3 +238,40 @@ def test_at_the_next_stop_only_what_debuggers_asked_at_the_last_one_is_asked_ahe
     h.handle(VmBytes(reply(vm_id(resume, (1, 9), b""))))
     out = h.handle(VmBytes(composite(ALL, bp(5))))
     assert {c for c, _ in commands(out)} == {(1, 4)}
+
+
+def _next_stop(h: Bridged, their: int) -> list[Command]:
+    """The debugger resumes; the VM stops again: what ddmd asks at once."""
+    resume = h.handle(ConsumerBytes(1, cmd(their, (1, 9))))
+    h.handle(VmBytes(reply(vm_id(resume, (1, 9), b""))))
+    return h.handle(VmBytes(composite(ALL, bp(5))))
+
+
+def test_a_debugger_that_reads_the_event_thread_s_name_alone_gets_it_at_once() -> None:
+    # jdb at a step: the frames and the event thread's name, no thread list.
+    h = on(1, inflight=64)
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    frames = vm_id(out, (11, 6), tid(T1) + int4(0) + int4(-1))
+    h.handle(VmBytes(reply(frames, FRAMES_REPLY)))
+    served(h, 1, 10, (11, 6), tid(T1) + int4(0) + int4(-1), FRAMES_REPLY)
+    out = h.handle(ConsumerBytes(1, cmd(11, (11, 1), tid(T1))))
+    h.handle(VmBytes(reply(vm_id(out, (11, 1), tid(T1)), int4(4) + b"main")))
+    got = commands(_next_stop(h, 12))
+    assert ((11, 1), tid(T1)) in got  # with the frames, in the first burst
+    assert ((1, 4), b"") not in got
+    assert ((11, 4), tid(T1)) not in got  # never asked: not asked ahead
+
+
+def test_frames_up_to_the_last_frame_count_are_asked_at_once() -> None:
+    # jdb asks FrameCount, then Frames (0, count): at the next stop both go out together.
+    h = on(1, inflight=64)
+    out = h.handle(VmBytes(composite(ALL, bp(5))))
+    count = vm_id(out, (11, 7), tid(T1))
+    h.handle(VmBytes(reply(count, int4(1))))
+    served(h, 1, 10, (11, 7), tid(T1), int4(1))
+    out = h.handle(ConsumerBytes(1, cmd(11, (11, 6), tid(T1) + int4(0) + int4(1))))
+    asked_id = vm_id(out, (11, 6), tid(T1) + int4(0) + int4(1))
+    h.handle(VmBytes(reply(asked_id, FRAMES_REPLY)))
+    got = commands(_next_stop(h, 12))
+    assert ((11, 7), tid(T1)) in got
+    assert ((11, 6), tid(T1) + int4(0) + int4(1)) in got
