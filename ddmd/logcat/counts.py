@@ -19,8 +19,10 @@ from typing import Final
 
 __all__ = ["CRASH_KINDS", "FORGET_AFTER", "MAX_APPS", "UNKNOWN_APP", "AppCount", "AppCounts"]
 
-#: The kinds of crash ``crashes.CrashDetector`` reports.
-CRASH_KINDS: Final = ("java", "native", "anr")
+#: The kinds of crash ``crashes.CrashDetector`` reports, and "died": ActivityManager's "Process
+#: APP (pid P) has died" with no crash report of that app just before (the system killed it, it
+#: was stopped or restarted). A died is counted, never announced as ``app.crashed``.
+CRASH_KINDS: Final = ("java", "native", "anr", "died")
 #: Seconds an app's counts are kept after it was last seen (a VM of it) or counted.
 FORGET_AFTER: Final = 3600.0
 #: Apps counted per device, at most.

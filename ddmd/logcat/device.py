@@ -31,7 +31,7 @@ import structlog
 import trio
 
 from ddmd.logcat.apps import AppTracker, Seen
-from ddmd.logcat.counts import AppCount, AppCounts
+from ddmd.logcat.counts import MAX_APPS, AppCount, AppCounts
 from ddmd.logcat.crashes import Crash, CrashDetector
 from ddmd.logcat.lines import Item, Line, LineFilter, Restart, Ring
 from ddmd.logs import Event
@@ -48,6 +48,8 @@ RETRY_FIRST = 0.5
 RETRY_MAX = 10.0
 #: Quiet this long after a crash's first lines: its block is over.
 CRASH_QUIET = 0.5
+#: A process death this soon after a crash of its app is that crash's end, not a death of its own.
+DIED_AFTER = 30.0
 #: Seconds: an entry stamped this much before its stream was opened is from the backlog.
 BACKLOG_SLACK = 2.0
 
@@ -133,6 +135,7 @@ class DeviceLogcat:
         self._viewer_numbers = itertools.count(1)
         # Live crashes and restarts per app (not the backlog's: they are not news).
         self.app_counts = AppCounts()
+        self._crash_at: dict[str, float] = {}  # app -> when its last live crash was counted
         self._wanted = trio.Event()
         self._last: tuple[int, int] | None = None  # (sec, nsec) of the newest entry seen
         self._last_keys: set[tuple[int, int, int, str]] = set()  # entries at that instant
@@ -297,6 +300,8 @@ class DeviceLogcat:
             items += self._restarts(seen, entry)
             mark, app, ended = self._crashes.observe(entry, app)
             crashes += ended
+            if mark == "died":
+                self._died(app, entry, crashes)
             items.append(Line(ring.take(), self.serial, entry, app, mark))
         self.stats.entries += len(entries)
         ring.add(items)
@@ -358,7 +363,23 @@ class DeviceLogcat:
                 continue
             log.warning(Event.APP_CRASHED, **fields)
             self.app_counts.crashed(crash.app, crash.kind, time.monotonic())
+            if crash.app is not None:
+                self._crash_at.pop(crash.app, None)
+                self._crash_at[crash.app] = trio.current_time()
+                while len(self._crash_at) > MAX_APPS:
+                    del self._crash_at[next(iter(self._crash_at))]
             self._publish(Event.APP_CRASHED, fields)
+
+    def _died(self, app: str | None, entry: LogEntry, crashes: list[Crash]) -> None:
+        """A process died: counted as "died" when no crash of its app came just before (a crash
+        report ends with that line too), and only live (not from the backlog)."""
+        stamp = entry.sec + entry.nsec / 1e9
+        if app is None or (self._backlog_end is not None and stamp <= self._backlog_end):
+            return
+        now = trio.current_time()
+        if any(c.app == app for c in crashes) or now - self._crash_at.get(app, -1e9) < DIED_AFTER:
+            return
+        self.app_counts.crashed(app, "died", time.monotonic())
 
     def _deliver(self, items: list[Item]) -> None:
         if not items:

@@ -63,7 +63,7 @@ async def test_crash_and_restart_counters_of_a_device_whose_log_ddmd_reads(nurse
 
     # Known (a VM of it on the device) and its log read: every kind at 0 before any crash.
     first = scrape_collector(collector)
-    assert crashes_of(first, APP) == {"java": 0, "native": 0, "anr": 0}
+    assert crashes_of(first, APP) == {"java": 0, "native": 0, "anr": 0, "died": 0}
     assert value(first, "ddmd_app_restarts_total", device="A", app=APP) == 0
     assert value(first, "ddmd_logcat_streaming", device="A") == 1
     assert value(first, "ddmd_logcat_viewers", device="A") == 0
@@ -78,7 +78,7 @@ async def test_crash_and_restart_counters_of_a_device_whose_log_ddmd_reads(nurse
         for app in ("com.example.maps", "com.example.mail"):
             assert not has(backlog, "ddmd_app_crashes_total", device="A", app=app, kind="java")
             assert not has(backlog, "ddmd_app_restarts_total", device="A", app=app)
-        assert crashes_of(backlog, APP) == {"java": 0, "native": 0, "anr": 0}
+        assert crashes_of(backlog, APP) == {"java": 0, "native": 0, "anr": 0, "died": 0}
         # The viewer did not read: it lost what did not fit in its 5 lines.
         assert value(backlog, "ddmd_logcat_viewers", device="A") == 1
         lost = value(backlog, "ddmd_logcat_viewer_lines_dropped_total", device="A", viewer="1")
@@ -97,7 +97,12 @@ async def test_crash_and_restart_counters_of_a_device_whose_log_ddmd_reads(nurse
     await trio.sleep(1)
     assert [(c["kind"], c["app"]) for c in published] == [("java", APP)]
     after = scrape_collector(collector)
-    assert crashes_of(after, APP) == {"java": 1, "native": 0, "anr": 0}  # kept past its VM
+    assert crashes_of(after, APP) == {
+        "java": 1,
+        "native": 0,
+        "anr": 0,
+        "died": 0,
+    }  # kept past its VM
     assert value(after, "ddmd_app_restarts_total", device="A", app=APP) == 1
     assert not [name for name, labels in after if "vm" in dict(labels)]  # the VM is gone
 
@@ -149,3 +154,38 @@ def test_app_counts_start_at_zero_and_stay_bounded():
     counts.seen("b", 3000.0)
     assert [c.app for c in counts.counts(3650.0)] == ["b", "d"]
     assert [c.app for c in counts.counts(6601.0)] == []
+
+
+def has_died(pid: int, app: str, nsec: int = 0) -> bytes:
+    """ActivityManager's line as a process ends, stamped now."""
+    message = f"Process {app} (pid {pid}) has died".encode()
+    return write_record(Record(int(time.time()), nsec, 600, 632, 4, "ActivityManager", message, 3))
+
+
+async def test_a_death_without_a_crash_is_counted_as_died_and_a_crash_s_end_is_not(
+    nursery, autojump_clock
+):
+    adb = FakeAdb()
+    published: list[dict[str, Any]] = []
+    registry = make_vm_registry(FakeVm.android("A/4400", app=APP, package=APP))
+    registry.set_device("A", "device")
+    hub = LogcatHub(registry, adb.open, SETTINGS, lambda name, fields: published.append(fields))
+    collector = DaemonCollector(registry, vms=list, retired=RelayTotals(), host="lab-7", logcat=hub)
+    nursery.start_soon(hub.run)
+    await opened(adb, 1)
+    await trio.sleep(1)  # the (empty) backlog is over: what comes now is live
+    # A Java crash, then ActivityManager's line of the death it caused: one crash, no died.
+    await adb.end("A").send_all(live_java_crash(4400, APP) + has_died(4400, APP, nsec=9))
+    await trio.sleep(1)
+    assert crashes_of(scrape_collector(collector), APP) == {
+        "java": 1, "native": 0, "anr": 0, "died": 0
+    }  # fmt: skip
+    # Much later the system kills the next process of the app, with no crash report: died,
+    # counted, never announced.
+    await trio.sleep(60)
+    await adb.end("A").send_all(has_died(4401, APP))
+    await trio.sleep(1)
+    assert crashes_of(scrape_collector(collector), APP) == {
+        "java": 1, "native": 0, "anr": 0, "died": 1
+    }  # fmt: skip
+    assert [c["kind"] for c in published] == ["java"]

@@ -63,7 +63,7 @@ LOCAL = {
     "lab-b": (("com.lab.b.notes", 3201), ("com.lab.b.music", 3202)),
 }
 LEAVING = "com.lab.a.maps"  # the lab-a VM that goes away
-CRASH_KINDS = {"java", "native", "anr"}
+CRASH_KINDS = {"java", "native", "anr", "died"}
 PER_VM = (
     "ddmd_vm_heap_size_bytes",
     "ddmd_vm_heap_allocated_bytes",
