@@ -12,8 +12,9 @@ process), and timed from the start of the process to its exit (wall time). The r
 their .pyc files, as an installed ddmd has (PYTHONDONTWRITEBYTECODE is not passed on; each
 command runs once untimed first, which writes them).
 
-``logcat -d APP``: the demo's VMs are workstation JVMs, which keep no log, so the command
-ends with its one-line refusal (exit 1) once the daemon has answered: the start of the CLI,
+``logcat -d APP``: the demo's VMs here are simulated VMs on local ports (adb is off), which
+have no device log, so the command ends with its one-line refusal (exit 1) once the daemon has
+answered: the start of the CLI,
 its imports and one exchange with the daemon, as for the others. Each command's exit code is
 checked against the first run's (a change would mean the runs do not do the same work).
 
