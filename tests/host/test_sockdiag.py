@@ -12,7 +12,7 @@ import pytest
 
 from ddmd.host import sockdiag
 from ddmd.host.localproc import PeerOwner, listening_owners
-from tests.actors.needs import IN_CI
+from tests.actors.needs import IN_CI, skip_or_fail
 from tests.actors.rawpeers import free_port_range
 
 
@@ -179,7 +179,7 @@ def test_an_ipv4_client_of_a_dual_stack_listener_is_found() -> None:
     try:
         server = _listen(socket.AF_INET6, "::", 0)
     except OSError:
-        pytest.skip("no IPv6 in this kernel")
+        skip_or_fail("no IPv6 in this kernel (a dual-stack listener cannot be opened)")
     with server, socket.create_connection(("127.0.0.1", server.getsockname()[1])) as client:
         accepted, _ = server.accept()
         with accepted:

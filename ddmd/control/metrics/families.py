@@ -94,6 +94,18 @@ class Host:
         family = CounterMetricFamily(_known(name, "counter"), documentation, labels=_all(labels))
         return Series(family, self.name)
 
+    def one_gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        """A gauge family of one series (no label but ``host``)."""
+        family = GaugeMetricFamily(_known(name, "gauge"), documentation, labels=[HOST_LABEL])
+        family.add_metric([self.name], value)
+        return family
+
+    def one_counter(self, name: str, documentation: str, value: float) -> CounterMetricFamily:
+        """A counter family of one series (no label but ``host``)."""
+        family = CounterMetricFamily(_known(name, "counter"), documentation, labels=[HOST_LABEL])
+        family.add_metric([self.name], value)
+        return family
+
 
 def _known(name: str, kind: str) -> str:
     """``name`` if `FAMILIES` lists it as ``kind`` (a programming error otherwise)."""

@@ -55,23 +55,20 @@ class FrontSeries:
         s = self._counts()
         if s is None:
             return
-        connections = host.counter(
-            "ddmd_front_connections_total", "Connections accepted by the adb front"
+        yield host.one_counter(
+            "ddmd_front_connections_total", "Connections accepted by the adb front", s.connections
         )
-        connections.add(s.connections)
-        yield connections.family
         forwards = host.gauge(
             "ddmd_front_forwards", "JDWP forwards the adb front owns now (adb forward)", "device"
         )
         for serial, n in sorted(s.forwards_by_device.items()):
             forwards.add(n, serial)
         yield forwards.family
-        forwarded = host.counter(
+        yield host.one_counter(
             "ddmd_front_forward_connections_total",
             "Connections to the front's forwards handed to ddmd's VM connections",
+            s.forward_connections,
         )
-        forwarded.add(s.forward_connections)
-        yield forwarded.family
         refused = host.counter(
             "ddmd_front_requests_refused_total",
             "Requests the adb front refused or could not serve, by reason",
@@ -83,11 +80,11 @@ class FrontSeries:
         refused.add(s.kills_refused, "kill")
         refused.add(s.forward_refused, "no_vm")
         yield refused.family
-        relayed = host.counter(
-            "ddmd_front_requests_relayed_total", "Requests the adb front relayed to the adb server"
+        yield host.one_counter(
+            "ddmd_front_requests_relayed_total",
+            "Requests the adb front relayed to the adb server",
+            s.relayed,
         )
-        relayed.add(s.relayed)
-        yield relayed.family
         jdwp = host.counter(
             "ddmd_front_jdwp_connections_total",
             "jdwp:PID connections through the front, by who served them (ddmd, or the adb server)",

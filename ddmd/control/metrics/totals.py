@@ -75,22 +75,21 @@ class DaemonTotals:
         yield info.family
         yield from self._vm_counts(host, snapshots)
         yield from self._relay(host, self._retired.plus(self._vms()))
-        probes = host.counter("ddmd_scan_probes_total", "Port-scan connection attempts")
-        probes.add(self._scan_probes())
-        yield probes.family
+        yield host.one_counter(
+            "ddmd_scan_probes_total", "Port-scan connection attempts", self._scan_probes()
+        )
         if self._hub is not None:
             stats = self._hub.statistics()
-            subscribers = host.gauge(
-                "ddmd_event_stream_subscribers", "Open event streams (/api/v1/events)"
+            yield host.one_gauge(
+                "ddmd_event_stream_subscribers",
+                "Open event streams (/api/v1/events)",
+                stats.subscribers,
             )
-            subscribers.add(stats.subscribers)
-            yield subscribers.family
-            dropped = host.counter(
+            yield host.one_counter(
                 "ddmd_event_stream_dropped_total",
                 "Event streams closed because their reader fell behind",
+                stats.dropped,
             )
-            dropped.add(stats.dropped)
-            yield dropped.family
         if self._peers is not None:
             refused = self._peers.refused_counts()
             peers = host.counter(
@@ -103,9 +102,9 @@ class DaemonTotals:
             yield peers.family
         tasks = trio_task_count()
         if tasks is not None:
-            gauge = host.gauge("ddmd_trio_tasks", "Tasks alive in the daemon (trio's task tree)")
-            gauge.add(tasks)
-            yield gauge.family
+            yield host.one_gauge(
+                "ddmd_trio_tasks", "Tasks alive in the daemon (trio's task tree)", tasks
+            )
 
     @staticmethod
     def _vm_counts(host: Host, snapshots: Sequence[VmSnapshot]) -> Iterator[Metric]:
@@ -122,9 +121,11 @@ class DaemonTotals:
         for (source, ddm), n in sorted(counts.items()):
             vms.add(n, source, ddm)
         yield vms.family
-        attached = host.gauge("ddmd_debuggers_attached", "Debuggers attached to a VM through ddmd")
-        attached.add(sum(len(s.debuggers) for s in snapshots))
-        yield attached.family
+        yield host.one_gauge(
+            "ddmd_debuggers_attached",
+            "Debuggers attached to a VM through ddmd",
+            sum(len(s.debuggers) for s in snapshots),
+        )
 
     @staticmethod
     def _relay(host: Host, total: RelayTotals) -> Iterator[Metric]:
@@ -142,12 +143,11 @@ class DaemonTotals:
         relayed.add(total.bytes_to_vm, "to_vm")
         relayed.add(total.bytes_to_debugger, "to_debugger")
         yield relayed.family
-        timeouts = host.counter(
+        yield host.one_counter(
             "ddmd_ddm_request_timeouts_total",
             "Requests of ddmd's own (DDM, JDWP Version) a VM did not answer in time",
+            total.requests_timed_out,
         )
-        timeouts.add(total.requests_timed_out)
-        yield timeouts.family
         answered = host.counter(
             "ddmd_foresight_answered_total",
             "Debuggers' commands ddmd answered itself (foresight), from replies kept or from its "
@@ -157,20 +157,18 @@ class DaemonTotals:
         answered.add(total.answered_cache, "cache")
         answered.add(total.answered_speculation, "speculation")
         yield answered.family
-        wasted = host.counter(
+        yield host.one_counter(
             "ddmd_foresight_wasted_total",
             "Speculative commands whose reply no debugger asked for before it went stale",
+            total.speculation_wasted,
         )
-        wasted.add(total.speculation_wasted)
-        yield wasted.family
-        reconnects = host.counter(
-            "ddmd_vm_reconnects_total", "VM connections reopened (after a debugger left)"
+        yield host.one_counter(
+            "ddmd_vm_reconnects_total",
+            "VM connections reopened (after a debugger left)",
+            total.reconnects,
         )
-        reconnects.add(total.reconnects)
-        yield reconnects.family
-        slow = host.counter(
+        yield host.one_counter(
             "ddmd_debuggers_dropped_slow_total",
             "Debuggers disconnected because they did not read fast enough (slow consumer)",
+            total.slow_debuggers,
         )
-        slow.add(total.slow_debuggers)
-        yield slow.family
