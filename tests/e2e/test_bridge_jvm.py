@@ -128,15 +128,15 @@ class Jvm(ProcessLines):
 
 @asynccontextmanager
 async def run_jvm(
-    jdk: Jdk, classes: Path, port: int, *, suspend: bool = False
+    jdk: Jdk, classes: Path, port: int, *, suspend: bool = False, main: str = "Prog"
 ) -> AsyncIterator[Jvm]:
-    """Start ``java -agentlib:jdwp=...,address=127.0.0.1:PORT Prog``; wait until it listens."""
+    """Start ``java -agentlib:jdwp=...,address=127.0.0.1:PORT MAIN``; wait until it listens."""
     agent = (
         "-agentlib:jdwp=transport=dt_socket,server=y,"
         f"suspend={'y' if suspend else 'n'},address=127.0.0.1:{port}"
     )
     process = await trio.lowlevel.open_process(
-        [jdk.java, "-Xshare:auto", agent, "-cp", str(classes), "Prog"],
+        [jdk.java, "-Xshare:auto", agent, "-cp", str(classes), main],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

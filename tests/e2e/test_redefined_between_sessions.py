@@ -24,7 +24,14 @@ import trio
 
 from tests.actors.rawpeers import free_port_range, monitor
 from tests.e2e.conftest import Jdk, require_tool
-from tests.e2e.test_bridge_jvm import WAIT, Jvm, jdb_session, wait_ready, wait_released
+from tests.e2e.test_bridge_jvm import (
+    WAIT,
+    Jvm,
+    jdb_session,
+    run_jvm,
+    wait_ready,
+    wait_released,
+)
 
 pytestmark = pytest.mark.jvm
 
@@ -142,32 +149,10 @@ def build(tmp: Path) -> tuple[Path, Path, Path, Path]:
 
 @asynccontextmanager
 async def run_program(jdk: Jdk, app: Path, port: int) -> AsyncIterator[Jvm]:
-    """``java -agentlib:jdwp=...,suspend=n,address=127.0.0.1:PORT Redef``, listening."""
-    agent = f"-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address=127.0.0.1:{port}"
-    process = await trio.lowlevel.open_process(
-        [jdk.java, agent, "-cp", str(app), "Redef"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    jvm = Jvm(process, port)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(jvm._read)
-            try:
-                await jvm.wait_line(
-                    lambda line: line.startswith("Listening for transport dt_socket"),
-                    "'Listening for transport' line",
-                )
-                await jvm.wait_counter_above(0)
-                yield jvm
-            finally:
-                with trio.move_on_after(5) as cleanup:
-                    cleanup.shield = True
-                    await jvm.kill()
-    finally:
-        if process.returncode is None:
-            process.kill()
+    """``Redef`` under ``-agentlib:jdwp=...,suspend=n``, listening and ticking."""
+    async with run_jvm(jdk, app, port, main="Redef") as jvm:
+        await jvm.wait_counter_above(0)
+        yield jvm
 
 
 # "auto" stays off on a local JVM; "on": foresight kept the first session's class data's keys and
